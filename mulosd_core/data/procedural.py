@@ -1,0 +1,294 @@
+"""Procedural class-conditional images for the embedded model family (SPEC section 4).
+
+Every class is a pattern kind; colours, positions, sizes, angles and the smooth
+background are nuisance variation. Some classes differ in their coarse layout
+(a shape vs a texture, one blob vs two), others only in detail a low-resolution
+drafter barely resolves (disc vs ring, square vs frame, stripes vs checkers), so
+the drafter/target split of the embedded pair has something to do.
+
+Rendering is analytic: each pattern is a signed distance field over normalised
+coordinates in [0, 1], and coverage is a one-pixel linear ramp across the edge
+(box-filter anti-aliasing). No pixel noise, so a 4x VQ reconstructs it well.
+All random draws are independent of the output size, so the same rng state
+renders the same scene at 32 px and at 64 px.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+CLASS_NAMES: list[str] = [
+    "disc",
+    "ring",
+    "square",
+    "square_frame",
+    "triangle",
+    "cross",
+    "stripes_horizontal",
+    "stripes_vertical",
+    "stripes_diagonal",
+    "checkerboard",
+    "two_discs",
+    "polka_dots",
+]
+NUM_CLASSES: int = len(CLASS_NAMES)
+
+_MIN_CONTRAST = 0.45  # RGB distance between pattern colour and background colours
+
+
+@functools.lru_cache(maxsize=8)
+def _grid(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel-centre coordinates in [0, 1] (x grows right, y grows down)."""
+    c = (np.arange(size, dtype=np.float32) + 0.5) / size
+    y, x = np.meshgrid(c, c, indexing="ij")
+    y.flags.writeable = False
+    x.flags.writeable = False
+    return x, y
+
+
+def _coverage(sdf: np.ndarray, size: int) -> np.ndarray:
+    """Anti-aliased coverage of the region sdf < 0 (one-pixel ramp)."""
+    return np.clip(0.5 - sdf * size, 0.0, 1.0)
+
+
+def _rotate(x: np.ndarray, y: np.ndarray, cx: float, cy: float, angle: float):
+    ca, sa = np.cos(angle), np.sin(angle)
+    dx, dy = x - cx, y - cy
+    return ca * dx + sa * dy, -sa * dx + ca * dy
+
+
+def _box(u: np.ndarray, v: np.ndarray, hu: float, hv: float) -> np.ndarray:
+    """Signed distance to an axis-aligned box of half sizes (hu, hv) (exact)."""
+    qu, qv = np.abs(u) - hu, np.abs(v) - hv
+    outside = np.hypot(np.maximum(qu, 0.0), np.maximum(qv, 0.0))
+    return outside + np.minimum(np.maximum(qu, qv), 0.0)
+
+
+def _stripe_sdf(u: np.ndarray, period: float, phase: float, duty: float) -> np.ndarray:
+    """Signed distance to periodic stripes along u (inside where sdf < 0)."""
+    t = np.mod(u / period + phase, 1.0)
+    return period * (np.abs(t - 0.5) - duty / 2.0)
+
+
+# ---------------------------------------------------------------- colours / background
+
+def _random_colour(rng: np.random.Generator) -> np.ndarray:
+    return rng.uniform(0.05, 0.95, size=3).astype(np.float32)
+
+
+def _background(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Smooth background: flat, linear or radial gradient. Returns (HxWx3, its colours)."""
+    x, y = _grid(size)
+    kind = int(rng.integers(3))
+    c0 = _random_colour(rng)
+    # the second colour stays near the first so the background never looks like a pattern
+    c1 = np.clip(c0 + rng.uniform(-0.25, 0.25, size=3), 0.0, 1.0).astype(np.float32)
+    angle = rng.uniform(0.0, 2 * np.pi)
+    centre = rng.uniform(0.2, 0.8, size=2)
+    if kind == 0:
+        t = np.zeros_like(x)
+        colours = [c0]
+    elif kind == 1:
+        t = np.clip(0.5 + (x - 0.5) * np.cos(angle) + (y - 0.5) * np.sin(angle), 0.0, 1.0)
+        colours = [c0, c1]
+    else:
+        t = np.clip(np.hypot(x - centre[0], y - centre[1]) / 0.8, 0.0, 1.0)
+        colours = [c0, c1]
+    img = c0[None, None, :] * (1.0 - t[..., None]) + c1[None, None, :] * t[..., None]
+    return img.astype(np.float32), colours
+
+
+def _contrasting_colour(rng: np.random.Generator, against: Sequence[np.ndarray]) -> np.ndarray:
+    """A colour far from every background colour (bounded tries, then the best one)."""
+    best, best_d = None, -1.0
+    for _ in range(16):
+        c = _random_colour(rng)
+        d = min(float(np.linalg.norm(c - a)) for a in against)
+        if d >= _MIN_CONTRAST:
+            return c
+        if d > best_d:
+            best, best_d = c, d
+    return best
+
+
+# ---------------------------------------------------------------- pattern SDFs
+
+def _centre(rng: np.random.Generator, extent: float) -> tuple[float, float]:
+    lo, hi = extent + 0.03, 1.0 - extent - 0.03
+    return float(rng.uniform(lo, hi)), float(rng.uniform(lo, hi))
+
+
+def _disc(rng, x, y):
+    r = rng.uniform(0.18, 0.32)
+    cx, cy = _centre(rng, r)
+    return np.hypot(x - cx, y - cy) - r
+
+
+def _ring(rng, x, y):
+    r = rng.uniform(0.22, 0.35)
+    w = rng.uniform(0.07, 0.10)
+    cx, cy = _centre(rng, r + w / 2)
+    return np.abs(np.hypot(x - cx, y - cy) - r) - w / 2
+
+
+def _square(rng, x, y):
+    h = rng.uniform(0.14, 0.24)
+    cx, cy = _centre(rng, h * 1.42)
+    u, v = _rotate(x, y, cx, cy, rng.uniform(0, np.pi / 2))
+    return _box(u, v, h, h)
+
+
+def _square_frame(rng, x, y):
+    h = rng.uniform(0.18, 0.26)
+    w = rng.uniform(0.07, 0.10)
+    cx, cy = _centre(rng, h * 1.42)
+    u, v = _rotate(x, y, cx, cy, rng.uniform(0, np.pi / 2))
+    return np.maximum(_box(u, v, h, h), -_box(u, v, h - w, h - w))
+
+
+def _triangle(rng, x, y):
+    r_in = rng.uniform(0.11, 0.17)  # circumradius is twice this
+    cx, cy = _centre(rng, 2 * r_in)
+    u, v = _rotate(x, y, cx, cy, rng.uniform(0, 2 * np.pi / 3))
+    d = None
+    for k in range(3):
+        a = np.pi / 2 + k * 2 * np.pi / 3
+        e = u * np.cos(a) + v * np.sin(a) - r_in
+        d = e if d is None else np.maximum(d, e)
+    return d
+
+
+def _cross(rng, x, y):
+    arm = rng.uniform(0.2, 0.3)
+    w = rng.uniform(0.06, 0.09)
+    cx, cy = _centre(rng, arm * 1.1)
+    u, v = _rotate(x, y, cx, cy, rng.uniform(0, np.pi / 2))
+    return np.minimum(_box(u, v, arm, w), _box(u, v, w, arm))
+
+
+def _stripes(*angle_centres: float) -> Callable:
+    """Stripes whose normal is one of `angle_centres` (0 = vertical stripes) +- 6 degrees."""
+    def sdf(rng, x, y):
+        period = rng.uniform(0.125, 0.2)  # 8-13 px at 64 px, 4-6 px at 32 px
+        angle = angle_centres[int(rng.integers(len(angle_centres)))] + rng.uniform(-0.1, 0.1)
+        u, _ = _rotate(x, y, 0.5, 0.5, angle)
+        return _stripe_sdf(u, period, rng.uniform(0, 1), rng.uniform(0.4, 0.6))
+    return sdf
+
+
+def _checkerboard(rng, x, y, size):
+    cell = rng.uniform(0.1, 0.16)  # 6-10 px cells at 64 px
+    u, v = _rotate(x, y, 0.5, 0.5, rng.uniform(-0.1, 0.1))
+    a = _coverage(_stripe_sdf(u, 2 * cell, rng.uniform(0, 1), 0.5), size)
+    b = _coverage(_stripe_sdf(v, 2 * cell, rng.uniform(0, 1), 0.5), size)
+    return a + b - 2.0 * a * b  # soft XOR: already a coverage, not an sdf
+
+
+def _two_discs(rng, x, y):
+    r1, r2 = rng.uniform(0.1, 0.15, size=2)
+    c1 = _centre(rng, r1)
+    for _ in range(32):
+        c2 = _centre(rng, r2)
+        if np.hypot(c1[0] - c2[0], c1[1] - c2[1]) > r1 + r2 + 0.1:
+            break
+    else:  # place it in the opposite corner, always far enough
+        c2 = (1.0 - c1[0], 1.0 - c1[1]) if abs(c1[0] - 0.5) + abs(c1[1] - 0.5) > 0.25 else (0.15 + r2 / 2, 0.15 + r2 / 2)
+    return np.minimum(np.hypot(x - c1[0], y - c1[1]) - r1, np.hypot(x - c2[0], y - c2[1]) - r2)
+
+
+def _polka_dots(rng, x, y):
+    period = rng.uniform(0.16, 0.22)  # 10-14 px at 64 px
+    r = period * rng.uniform(0.25, 0.33)
+    u, v = _rotate(x, y, 0.5, 0.5, rng.uniform(-0.3, 0.3))
+    pu = np.mod(u / period + rng.uniform(0, 1), 1.0) - 0.5
+    pv = np.mod(v / period + rng.uniform(0, 1), 1.0) - 0.5
+    return np.hypot(pu, pv) * period - r
+
+
+_SDFS: dict[str, Callable] = {
+    "disc": _disc,
+    "ring": _ring,
+    "square": _square,
+    "square_frame": _square_frame,
+    "triangle": _triangle,
+    "cross": _cross,
+    "stripes_horizontal": _stripes(np.pi / 2),
+    "stripes_vertical": _stripes(0.0),
+    "stripes_diagonal": _stripes(np.pi / 4, 3 * np.pi / 4),
+    "two_discs": _two_discs,
+    "polka_dots": _polka_dots,
+}
+
+
+# ---------------------------------------------------------------- public API
+
+def make_image(class_id: int, rng: np.random.Generator, size: int = 64) -> np.ndarray:
+    """Render one image of class `class_id`: float32 [size, size, 3] in [0, 1]."""
+    if not 0 <= int(class_id) < NUM_CLASSES:
+        raise ValueError(f"class_id {class_id} outside 0..{NUM_CLASSES - 1}")
+    if size < 8:
+        raise ValueError(f"size {size} too small (need >= 8)")
+    name = CLASS_NAMES[int(class_id)]
+    x, y = _grid(size)
+    bg, bg_colours = _background(rng, size)
+    fg = _contrasting_colour(rng, bg_colours)
+    if name == "checkerboard":
+        alpha = _checkerboard(rng, x, y, size)
+    else:
+        alpha = _coverage(_SDFS[name](rng, x, y), size)
+    img = bg + alpha[..., None] * (fg[None, None, :] - bg)
+    return np.clip(img, 0.0, 1.0).astype(np.float32, copy=False)
+
+
+def make_keyed_batch(class_ids: Sequence[int] | torch.Tensor | np.ndarray, key: Sequence[int], size: int = 64) -> torch.Tensor:
+    """Render a batch where sample i uses `np.random.default_rng([*key, i])`."""
+    ids = np.asarray(class_ids.cpu() if isinstance(class_ids, torch.Tensor) else class_ids, dtype=np.int64).reshape(-1)
+    key = [int(k) for k in key]
+    out = np.empty((len(ids), 3, size, size), dtype=np.float32)
+    for i, c in enumerate(ids):
+        out[i] = make_image(int(c), np.random.default_rng([*key, i]), size).transpose(2, 0, 1)
+    return torch.from_numpy(out)
+
+
+def make_batch(class_ids: Sequence[int] | torch.Tensor | np.ndarray, seed: int, size: int = 64) -> torch.Tensor:
+    """Deterministic batch [B, 3, size, size] in [0, 1]; sample i uses rng([seed, i]).
+
+    The same (class_ids, seed) at size 32 and 64 gives the same scenes, so a
+    drafter sample can be compared with its target-resolution counterpart.
+    """
+    return make_keyed_batch(class_ids, (int(seed),), size)
+
+
+class PatternDataset:
+    """Endless labelled batches, a pure function of (seed, step) so training can resume.
+
+    `sample` draws the labels uniformly from `classes` (all by default); the
+    images use rng keys (seed, 0, step, i), disjoint from `make_batch` keys.
+    """
+
+    def __init__(self, size: int = 64, seed: int = 0, classes: Sequence[int] | None = None):
+        self.size = int(size)
+        self.seed = int(seed)
+        self.classes = np.arange(NUM_CLASSES) if classes is None else np.asarray(classes, dtype=np.int64)
+
+    def labels(self, batch_size: int, step: int, seed: int | None = None) -> torch.Tensor:
+        seed = self.seed if seed is None else int(seed)
+        rng = np.random.default_rng([seed, 1, int(step)])
+        return torch.from_numpy(rng.choice(self.classes, size=int(batch_size)).astype(np.int64))
+
+    def sample(self, batch_size: int, step: int, seed: int | None = None, size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(images [B, 3, S, S] float32 in [0, 1], labels [B] int64) for this step."""
+        seed = self.seed if seed is None else int(seed)
+        labels = self.labels(batch_size, step, seed)
+        images = make_keyed_batch(labels, (seed, 0, int(step)), self.size if size is None else int(size))
+        return images, labels
+
+    def batches(self, batch_size: int, start_step: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Iterate `sample(batch_size, step)` for step = start_step, start_step + 1, ..."""
+        step = int(start_step)
+        while True:
+            yield self.sample(batch_size, step)
+            step += 1
