@@ -11,6 +11,8 @@ shortcut), so equal vectors get bit-identical distances and ties are broken by i
 
 from __future__ import annotations
 
+import hashlib
+
 import threading
 from collections import OrderedDict
 
@@ -84,16 +86,9 @@ def knn_table(codebook: Tensor, k: int, *, include_self: bool = True, normalize:
     return out
 
 
-def _fingerprint(codebook: Tensor) -> tuple:
-    """Cheap content summary: catches edits that keep storage, shape and dtype."""
-    flat = codebook.detach().reshape(-1).to(torch.float64)
-    n = flat.numel()
-    if n == 0:
-        return (0,)
-    w = (torch.arange(n, device=flat.device, dtype=torch.float64) % 101) + 1.0  # order-sensitive
-    probe = flat[torch.linspace(0, n - 1, steps=min(n, 8), device=flat.device).long()]
-    summary = torch.cat([flat.sum().view(1), (flat * w).sum().view(1), flat.abs().sum().view(1), probe])
-    return tuple(summary.tolist())
+def _fingerprint(codebook: Tensor) -> str:
+    """Hash of the exact contents (a 16384 x 8 codebook hashes in about a millisecond)."""
+    return hashlib.sha1(codebook.detach().contiguous().cpu().numpy().tobytes()).hexdigest()
 
 
 _CACHE_SIZE = 4
@@ -104,16 +99,14 @@ _lock = threading.Lock()
 def cached_knn_table(codebook: Tensor, k: int, include_self: bool = True, normalize: bool = False) -> Tensor:
     """`knn_table` through a small LRU cache (at most 4 tables).
 
-    Keyed by the codebook's storage pointer, shape, dtype, device, in-place version counter and a
-    content fingerprint plus (k, include_self, normalize), so an edited or replaced codebook never
-    gets a stale table. Repeated calls return the same tensor object: callers must not modify it.
+    Keyed by the codebook's shape, dtype, device and a content fingerprint plus (k, include_self,
+    normalize), so an edited or replaced codebook never gets a stale table, while the same codebook
+    recomputed each run (normalised at use time, or an inference tensor) hits the cache. Repeated calls return the same tensor object: callers must not modify it.
     """
     key = (
-        codebook.data_ptr(),
         tuple(codebook.shape),
         codebook.dtype,
         str(codebook.device),
-        codebook._version,
         _fingerprint(codebook),
         int(k),
         bool(include_self),

@@ -15,6 +15,11 @@ stamp="$VENV/.mulosd-stamp"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_hash" ]; then
   echo "$VENV"; exit 0
 fi
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"; flock 9   # one installer at a time; re-check after waiting
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_hash" ]; then
+  echo "$VENV"; exit 0
+fi
 echo "[setup_env] creating $VENV (first run takes a few minutes)" >&2
 mkdir -p "$(dirname "$VENV")"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"

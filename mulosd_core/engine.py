@@ -1,0 +1,517 @@
+"""The one decoding loop (SPEC section 2). Every method is a configuration of it.
+
+    generate(target, cond, sampling, method, drafter=None, seed=0)
+
+- "ar":           one token per target call (the reference sampler in ar.py).
+- "speculative":  draft -> upsample -> verify -> expand -> resample -> commit. SD, LANTERN
+                  and every MuLo-SD variant are settings of this step (drafter resolution,
+                  acceptance rule, local or raster rejection, serial or island resampling,
+                  sequential or parallel drafting).
+- "zipar":        target only, next-set schedule (schedules.zipar_schedule).
+- "sjd":          target only, speculative Jacobi window with p/q acceptance.
+
+The target and the drafter draw from separate random streams (sampling.Streams with
+different offsets), so the target's samples do not depend on how much the drafter drew.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, asdict
+from typing import Callable, Optional
+
+import torch
+
+from . import verify
+from .ar import GenerationResult, generate_ar
+from .models.protocol import ImageARModel
+from .neighbours import cached_knn_table
+from .sampling import SamplingConfig, Streams, cfg_combine, process_logits
+from .schedules import parallel_draft_schedule, zipar_schedule, jacobi_window
+from .stats import RunStats
+from .upsample import UpsamplerConfig, resolution_ratio, upsample_rows
+
+RULES = ("mulo", "lantern", "exact", "greedy")
+REJECTIONS = ("local", "raster")
+RESAMPLINGS = ("islands", "serial")
+METHODS = ("ar", "speculative", "zipar", "sjd")
+DRAFTER_STREAM = 1   # Streams offset of the drafter and of acceptance uniforms
+
+# acceptance-map codes and colours: accepted, rejected, resampled neighbour, target-sampled
+MAP_COLOURS = torch.tensor([[0.16, 0.65, 0.27], [0.86, 0.18, 0.15], [0.98, 0.75, 0.18], [0.25, 0.45, 0.85]])
+ACCEPTED, REJECTED, NEIGHBOUR, TARGET = 0, 1, 2, 3
+
+
+@dataclass
+class VerifierConfig:
+    rule: str = "mulo"
+    tau: float = 0.3
+    k_neighbours: int = 8
+    expansion_radius: int = 1
+    rejection: str = "local"
+    resampling: str = "islands"
+    lantern_delta: float = 0.1
+    lantern_k: int = 1000
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("rule", self.rule, RULES), ("rejection", self.rejection, REJECTIONS),
+                                     ("resampling", self.resampling, RESAMPLINGS)):
+            if value not in allowed:
+                raise ValueError(f"verifier {name} must be one of {allowed}, got {value!r}")
+        for name, ok, want in (("tau", self.tau >= 0, ">= 0"), ("k_neighbours", self.k_neighbours >= 1, ">= 1"),
+                               ("expansion_radius", self.expansion_radius >= 0, ">= 0"),
+                               ("lantern_delta", self.lantern_delta >= 0, ">= 0"), ("lantern_k", self.lantern_k >= 1, ">= 1")):
+            if not ok:
+                raise ValueError(f"verifier {name} must be {want}, got {getattr(self, name)}")
+
+
+@dataclass
+class MethodConfig:
+    method: str = "speculative"
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    upsampler: UpsamplerConfig = field(default_factory=UpsamplerConfig)
+    rows_per_step: int = 1           # low-res rows drafted per step
+    parallel_window: int = 0         # ZipAR-style drafting window w (0 = sequential)
+    draft_len: int = 0               # r = 1 only: tokens drafted per step (0 = to the end of the row)
+    zipar_window: int = 8
+    sjd_window: int = 16
+    oracle: bool = False             # accept every draft: the speed ceiling of this pipeline
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        for name in ("rows_per_step", "zipar_window", "sjd_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("parallel_window", "draft_len"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+Progress = Callable[[int, int, torch.Tensor], None]
+
+
+def check_pair(target: ImageARModel, drafter: ImageARModel, method: MethodConfig) -> int:
+    """Validate a drafter/target pair before any model runs; returns the ratio r."""
+    if drafter.codebook_id() != target.codebook_id():
+        raise ValueError(f"drafter {drafter.name!r} and target {target.name!r} use different codebooks; "
+                         "MuLo-SD needs both to share one VQ tokenizer")
+    if getattr(drafter, "model_type", None) != getattr(target, "model_type", None):
+        raise ValueError(f"drafter {drafter.name!r} is {getattr(drafter, 'model_type', '?')} but target {target.name!r} "
+                         f"is {getattr(target, 'model_type', '?')}; both must take the same conditioning")
+    r = resolution_ratio(target.grid, drafter.grid)
+    if method.upsampler.ratio is not None and method.upsampler.ratio != r:
+        raise ValueError(f"upsampler ratio {method.upsampler.ratio} does not match the models: target grid {target.grid} / "
+                         f"drafter grid {drafter.grid} = {r}")
+    if r > 1 and method.verifier.rule in ("exact", "lantern"):
+        raise ValueError(f"acceptance rule {method.verifier.rule!r} needs the drafter's probability of each draft, "
+                         f"which an upsampled (r = {r}) draft does not have; use 'mulo' or 'greedy', or a same-resolution drafter")
+    if r == 1 and method.parallel_window:
+        raise ValueError("parallel drafting is for a low-resolution drafter (r > 1); set parallel_window = 0 for r = 1")
+    return r
+
+
+class _Runner:
+    """Cache + condition + logits bookkeeping of one model for one run."""
+
+    def __init__(self, model: ImageARModel, cond, sampling: SamplingConfig, mask, stats: RunStats, counter: str) -> None:
+        self.model, self.sampling, self.stats, self.counter = model, sampling, stats, counter
+        self.rows = model.condition_rows(cond, sampling.uses_cfg, mask)
+        self.cache = model.new_cache(self.rows.rows)
+        self.cfg = sampling.uses_cfg
+        self.positions = torch.arange(model.num_tokens, device=model.device)
+
+    def _count(self) -> None:
+        setattr(self.stats, self.counter, getattr(self.stats, self.counter) + 1)
+
+    def prefill(self) -> torch.Tensor:
+        self._count()
+        return self.model.prefill(self.rows, self.cache)
+
+    def feed(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """tokens [B, n] at image slots [n] -> raw logits [R, n, V] (rows duplicated for CFG)."""
+        self._count()
+        fed = torch.cat([tokens, tokens]) if self.cfg else tokens
+        return self.model.forward_tokens(fed, slots, self.cache)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return process_logits(cfg_combine(logits, self.sampling.cfg_scale), self.sampling)
+
+
+def _draw(probs: torch.Tensor, sampling: SamplingConfig, streams: Streams, b: int) -> torch.Tensor:
+    """Tokens [k] for rows of probs [k, V] of batch element b (argmax when greedy)."""
+    if sampling.greedy:
+        return probs.argmax(-1)
+    return torch.multinomial(probs, 1, generator=streams.gens[b])[:, 0]
+
+
+def acceptance_map(codes: torch.Tensor, grid: int) -> torch.Tensor:
+    """Codes [B, N] -> colour image [B, 3, grid, grid] in [0, 1]."""
+    return MAP_COLOURS.to(codes.device)[codes].reshape(-1, grid, grid, 3).permute(0, 3, 1, 2).contiguous()
+
+
+# ------------------------------------------------------------------------------ speculative
+class _Speculative:
+    def __init__(self, target, drafter, cond, sampling, method, seed, mask, stats, progress) -> None:
+        self.t, self.d, self.s, self.m, self.stats, self.progress = target, drafter, sampling, method, stats, progress
+        self.r = check_pair(target, drafter, method)
+        self.v = method.verifier
+        self.W, self.N, self.Wq = target.grid, target.num_tokens, drafter.grid
+        self.tr = _Runner(target, cond, sampling, mask, stats, "target_calls")
+        self.dr = _Runner(drafter, cond, sampling, mask, stats, "drafter_calls")
+        self.B = self.tr.rows.rows // (2 if sampling.uses_cfg else 1)
+        dev = target.device
+        self.ts = Streams(seed, self.B, dev)
+        self.ds = Streams(seed, self.B, drafter.device, offset=DRAFTER_STREAM)
+        self.tokens = torch.zeros(self.B, self.N, dtype=torch.long, device=dev)
+        self.codes = torch.full((self.B, self.N), TARGET, dtype=torch.long, device=dev)
+        self.d_cached = torch.full((self.B, drafter.num_tokens), -1, dtype=torch.long, device=drafter.device)
+        if self.v.rule == "mulo":
+            self.nbr = cached_knn_table(target.codebook(), min(self.v.k_neighbours, target.vocab_size), include_self=True)
+        elif self.v.rule == "lantern":
+            raw = target.vq.quantize.embedding.weight.detach() if hasattr(target, "vq") else target.codebook()
+            self.nbr = cached_knn_table(raw, min(self.v.lantern_k + 1, target.vocab_size - 1), include_self=False)
+
+    # -- drafter ------------------------------------------------------------------------
+    def _context(self, f: int) -> torch.Tensor:
+        """The drafter's context: committed target tokens, re-encoded at the drafter's resolution."""
+        if self.r == 1:
+            return self.tokens[:, :f]
+        rows = (f // self.W) // self.r * self.r
+        if rows == 0:
+            return self.tokens[:, :0]
+        with self.stats.timer("context"):
+            from .imageops import resize
+            images = self.t.decode_rows(self.tokens[:, : rows * self.W], rows)
+            h, w = images.shape[-2:]
+            return self.d.encode(resize(images, (h // self.r, w // self.r), self.m.upsampler.filter)).to(self.tokens.device)
+
+    def _sync(self, ctx: torch.Tensor) -> torch.Tensor:
+        """Bring the drafter's cache to `ctx`; return raw logits [R, V] predicting position len(ctx)."""
+        L = ctx.shape[1]
+        self.dr.model.truncate(self.dr.cache, L)
+        self.d_cached[:, L:] = -1
+        if L == 0:
+            return self.d_logits0
+        diff = (ctx != self.d_cached[:, :L]).any(0).nonzero()
+        start = min(int(diff[0]) if len(diff) else L, L - 1)
+        logits = self.dr.feed(ctx[:, start:], self.dr.positions[start:L])
+        self.d_cached[:, start:L] = ctx[:, start:]
+        return logits[:, -1]
+
+    def _draft_sequential(self, start: int, n: int, logits: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Draft n tokens from drafter position `start`; returns tokens [B, n] and q [B, n, V] (r = 1)."""
+        toks = torch.empty(self.B, n, dtype=torch.long, device=self.d.device)
+        qs = [] if self.r == 1 else None
+        for j in range(n):
+            q = self.dr.probs(logits)
+            toks[:, j] = torch.stack([_draw(q[b:b + 1], self.s, self.ds, b)[0] for b in range(self.B)])
+            if qs is not None:
+                qs.append(q)
+            if j + 1 < n:
+                logits = self.dr.feed(toks[:, j:j + 1], self.dr.positions[start + j:start + j + 1])[:, 0]
+                self.d_cached[:, start + j] = toks[:, j]
+        return toks, (torch.stack(qs, 1) if qs is not None else None)
+
+    def _draft_parallel(self, row0: int, rows: int, logits0: torch.Tensor) -> torch.Tensor:
+        """ZipAR-style drafting of `rows` low-res rows from row `row0` (schedules.parallel_draft_schedule)."""
+        Wq, base = self.Wq, row0 * self.Wq
+        block = torch.zeros(self.B, rows * Wq, dtype=torch.long, device=self.d.device)
+        last_ctx = self.d_cached[:, base - 1] if base > 0 else None
+        for step in parallel_draft_schedule(rows, Wq, self.m.parallel_window):
+            feeds = [(src, at) for src, at in step.fed if at >= 0]
+            out = {}
+            if feeds:
+                src_tok = torch.stack([(block[:, s] if s >= 0 else (last_ctx if last_ctx is not None else block[:, 0]))
+                                       for s, _ in feeds], 1)
+                slots = torch.tensor([base + at for _, at in feeds], device=self.d.device)
+                lg = self.dr.feed(src_tok, slots)
+                for i, (_, at) in enumerate(feeds):
+                    out[at] = lg[:, i]
+                for i, (s, at) in enumerate(feeds):
+                    self.d_cached[:, base + at] = src_tok[:, i] if s == at else -2
+            for fi, pos in step.sampled:
+                at = step.fed[fi][1]
+                lg = logits0 if at < 0 else out[at]
+                q = self.dr.probs(lg)
+                block[:, pos] = torch.stack([_draw(q[b:b + 1], self.s, self.ds, b)[0] for b in range(self.B)])
+        return block
+
+    # -- target ---------------------------------------------------------------------------
+    def _target_probs(self, lo: int, hi: int) -> torch.Tensor:
+        """Target probabilities [B, hi-lo, V] for positions lo..hi-1, feeding tokens lo-1..hi-2."""
+        parts = []
+        a = lo
+        if lo == 0:
+            parts.append(self.t_logits0[:, None])
+            a = 1
+        if hi > a:
+            parts.append(self.tr.feed(self.tokens[:, a - 1:hi - 1], self.tr.positions[a - 1:hi - 1]))
+        return self.tr.probs(torch.cat(parts, 1))
+
+    def _sample_at(self, probs: torch.Tensor, b: int, pos: list[int], base: int) -> None:
+        toks = _draw(probs[b, [p - base for p in pos]], self.s, self.ts, b)
+        self.tokens[b, pos] = toks
+
+    # -- one step -----------------------------------------------------------------------------
+    def step(self, f: int) -> int:
+        r, W, Wq = self.r, self.W, self.Wq
+        ctx = self._context(f)
+        with self.stats.timer("draft"):
+            logits = self._sync(ctx)
+            if r == 1:
+                e = min(self.N, f + self.m.draft_len) if self.m.draft_len else min(self.N, (f // W + self.m.rows_per_step) * W)
+                draft, q = self._draft_sequential(f, e - f, logits)
+                chunk0 = f
+            else:
+                row0 = ctx.shape[1] // Wq
+                rows = min(self.m.rows_per_step, self.d.grid - row0)
+                if self.m.parallel_window and rows > 1:
+                    low = self._draft_parallel(row0, rows, logits)
+                else:
+                    low, _ = self._draft_sequential(ctx.shape[1], rows * Wq, logits)
+                q = None
+        if r > 1:
+            with self.stats.timer("upsample"):
+                halo = ctx[:, -Wq:] if ctx.shape[1] else None
+                up = upsample_rows(self.m.upsampler, self.d, self.t, low, rows, halo)
+            chunk0 = row0 * r * W
+            e = min(self.N, chunk0 + up.shape[1])
+            draft = up[:, f - chunk0:e - chunk0]
+        n = e - f
+        self.stats.drafted += n * self.B
+        self.tokens[:, f:e] = draft
+        bonus = self.v.rejection == "raster" and e < self.N
+        with self.stats.timer("verify"):
+            probs = self._target_probs(f, e + int(bonus))
+            accepted = self._accept(probs[:, :n], draft, q)
+        self.stats.steps += 1
+        if self.v.rejection == "raster":
+            return self._commit_raster(f, e, probs, accepted, draft, q)
+        return self._commit_local(f, e, probs, accepted)
+
+    def _accept(self, probs: torch.Tensor, draft: torch.Tensor, q: Optional[torch.Tensor]) -> torch.Tensor:
+        if self.m.oracle:
+            return torch.ones_like(draft, dtype=torch.bool)
+        rule = self.v.rule
+        if rule == "greedy":
+            return verify.greedy_accept(probs, draft)
+        if rule == "mulo":
+            return verify.mulo_accept(probs, draft, self.nbr, self.v.tau)
+        q_x = q.gather(-1, draft[..., None])[..., 0]
+        u = self.ds.uniform(draft.shape[1], draft.device)
+        if rule == "exact":
+            p_x = probs.gather(-1, draft[..., None])[..., 0]
+            return verify.exact_accept(p_x, q_x, u)
+        acc, _ = verify.lantern_accept(probs, draft, q_x, self.nbr, self.v.lantern_k, self.v.lantern_delta, u)
+        self._lantern_used = verify.lantern_pool(probs, draft, self.nbr, self.v.lantern_k, self.v.lantern_delta)[1]
+        return acc
+
+    def _commit_raster(self, f, e, probs, accepted, draft, q) -> int:
+        """Classic rejection: keep the accepted prefix, correct the first rejection, drop the rest."""
+        n = e - f
+        cut = verify.raster_cut(~accepted)              # [B], n where all accepted
+        j = int(cut.min())
+        self.codes[:, f:f + j] = ACCEPTED
+        self.stats.accepted += j * self.B
+        if j < n:  # some sample rejected position f + j
+            with self.stats.timer("resample"):
+                p = probs[:, j]
+                for b in range(self.B):
+                    if int(cut[b]) == j:
+                        pb = p[b]
+                        if self.v.rule == "exact":
+                            pb = verify.residual(pb, q[b, j])
+                        elif self.v.rule == "lantern":
+                            pb = verify.lantern_reject_update(pb, draft[b, j], self.nbr, self.v.lantern_k, self._lantern_used[b, j])
+                        self.tokens[b, f + j] = _draw(pb[None], self.s, self.ts, b)[0]
+                        self.codes[b, f + j] = REJECTED
+                        self.stats.resampled += 1
+                    else:
+                        self.codes[b, f + j] = ACCEPTED
+                        self.stats.accepted += 1
+            return f + j + 1
+        if e < self.N:  # all accepted: the verify call already gives the next token
+            with self.stats.timer("resample"):
+                for b in range(self.B):
+                    self._sample_at(probs, b, [e], f)
+                self.codes[:, e] = TARGET
+                self.stats.resampled += self.B
+            return e + 1
+        return e
+
+    def _commit_local(self, f, e, probs, accepted) -> int:
+        """Local rejection: grow rejections into neighbourhoods, resample them, keep the rest (steps 4-5)."""
+        W = self.W
+        r0, r1 = f // W, (e - 1) // W + 1
+        inside = torch.zeros(self.B, (r1 - r0) * W, dtype=torch.bool, device=accepted.device)
+        inside[:, f - r0 * W:e - r0 * W] = True
+        rej = torch.zeros_like(inside)
+        rej[:, f - r0 * W:e - r0 * W] = ~accepted
+        region = verify.expand_local(rej.view(self.B, r1 - r0, W), self.v.expansion_radius).view(self.B, -1) & inside
+        base = r0 * W
+        self.codes[:, f:e] = ACCEPTED
+        codes = self.codes[:, base:r1 * W]
+        codes[region] = NEIGHBOUR
+        codes[rej] = REJECTED
+        n_region = int(region.sum())
+        self.stats.accepted += int(inside.sum()) - n_region
+        self.stats.resampled += n_region
+        if n_region == 0:
+            self.stats.largest_island.append(0)
+            return e
+        with self.stats.timer("resample"):
+            self._resample(region.view(self.B, r1 - r0, W), base, f, e, probs)
+        return e
+
+    def _resample(self, region: torch.Tensor, base: int, f: int, e: int, probs: torch.Tensor) -> None:
+        """Serial (raster order, one call each) or island waves (one call per wave for all islands)."""
+        flat = region.view(self.B, -1)
+        if self.v.resampling == "serial":
+            waves = [[(b, p) for b in flat[:, p].nonzero().flatten().tolist()] for p in flat.any(0).nonzero().flatten().tolist()]
+        else:
+            waves = [w.tolist() for w in verify.island_waves_batched(region)]
+        self.stats.largest_island.append(len(waves))
+        # Invariant: tokens before kv_ok have current K/V and logits are current for positions <= kv_ok.
+        kv_ok = e - 1
+        lo = f
+        for wave in waves:
+            pos = [(b, base + p) for b, p in wave]
+            top = max(p for _, p in pos)
+            if top > kv_ok:
+                new = self._target_probs(kv_ok + 1, top + 1)
+                probs = torch.cat([probs[:, :kv_ok + 1 - lo], new, probs[:, top + 1 - lo:]], 1)
+                kv_ok = top
+            per_b: dict[int, list[int]] = {}
+            for b, p in pos:
+                per_b.setdefault(b, []).append(p)
+            for b, ps in per_b.items():
+                self._sample_at(probs, b, ps, lo)
+            kv_ok = min(kv_ok, min(p for _, p in pos))
+
+    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.stats.timer("verify"):
+            self.t_logits0 = self.tr.prefill()
+        with self.stats.timer("draft"):
+            self.d_logits0 = self.dr.prefill()
+        f = 0
+        while f < self.N:
+            f = self.step(f)
+            if self.progress is not None:
+                self.progress(f, self.N, self.tokens)
+        return self.tokens, self.codes
+
+
+# ------------------------------------------------------------------------- target-only
+def _run_zipar(target: ImageARModel, cond, sampling, method: MethodConfig, seed, mask, stats, progress):
+    """ZipAR (upstream-facts B): every forward feeds one token per active row (next-set prediction)."""
+    tr = _Runner(target, cond, sampling, mask, stats, "target_calls")
+    B = tr.rows.rows // (2 if sampling.uses_cfg else 1)
+    streams = Streams(seed, B, target.device)
+    tokens = torch.zeros(B, target.num_tokens, dtype=torch.long, device=target.device)
+    done = 0
+    for step in zipar_schedule(target.grid, method.zipar_window):
+        out: dict[int, torch.Tensor] = {}
+        feeds = [(src, at) for src, at in step.fed if at >= 0]
+        if any(at < 0 for _, at in step.fed):
+            out[-1] = tr.prefill()
+        if feeds:
+            slots = torch.tensor([at for _, at in feeds], device=target.device)
+            lg = tr.feed(tokens[:, [src for src, _ in feeds]], slots)
+            for i, (_, at) in enumerate(feeds):
+                out[at] = lg[:, i]
+        for fi, pos in step.sampled:
+            probs = tr.probs(out[step.fed[fi][1]])
+            tokens[:, pos] = torch.stack([_draw(probs[b:b + 1], sampling, streams, b)[0] for b in range(B)])
+        done += len(step.sampled)
+        if progress is not None:
+            progress(done, target.num_tokens, tokens)
+    stats.resampled = target.num_tokens * B
+    return tokens, torch.full_like(tokens, TARGET)
+
+
+def _run_sjd(target: ImageARModel, cond, sampling, method: MethodConfig, seed, mask, stats, progress):
+    """Speculative Jacobi decoding (upstream-facts D): a window of L drafts refined by p/q acceptance."""
+    tr = _Runner(target, cond, sampling, mask, stats, "target_calls")
+    B, N, V, L = tr.rows.rows // (2 if sampling.uses_cfg else 1), target.num_tokens, target.vocab_size, method.sjd_window
+    ts = Streams(seed, B, target.device)
+    ds = Streams(seed, B, target.device, offset=DRAFTER_STREAM)
+    tokens = torch.zeros(B, N, dtype=torch.long, device=target.device)
+    codes = torch.full_like(tokens, TARGET)
+    drafts = torch.stack([torch.randint(0, V, (N,), generator=g, device=target.device) for g in ds.gens])
+    q = torch.zeros(B, N, V, device=target.device)       # distribution each draft was drawn from
+    q.scatter_(-1, drafts[..., None], 1.0)                # fresh drafts: one-hot q (upstream's 'random' init)
+    logits0 = tr.prefill()
+    f = 0
+    while f < N:
+        n = jacobi_window(f, N, L)
+        tokens[:, f:f + n] = drafts[:, f:f + n]
+        parts = [logits0[:, None]] if f == 0 else []
+        a = max(f, 1)
+        if f + n > a:
+            parts.append(tr.feed(tokens[:, a - 1:f + n - 1], tr.positions[a - 1:f + n - 1]))
+        p = tr.probs(torch.cat(parts, 1))                       # [B, n, V]
+        x = tokens[:, f:f + n]
+        p_x = p.gather(-1, x[..., None])[..., 0]
+        q_x = q[:, f:f + n].gather(-1, x[..., None])[..., 0]
+        acc = verify.exact_accept(p_x, q_x, ds.uniform(n))
+        cut = verify.raster_cut(~acc)
+        j = int(cut.min())
+        stats.drafted += n * B
+        stats.accepted += j * B
+        codes[:, f:f + j] = ACCEPTED
+        if j < n:
+            for b in range(B):
+                if int(cut[b]) == j:
+                    tokens[b, f + j] = _draw(verify.residual(p[b, j], q[b, f + j])[None], sampling, ts, b)[0]
+                    codes[b, f + j] = REJECTED
+                    stats.resampled += 1
+                else:
+                    codes[b, f + j] = ACCEPTED
+                    stats.accepted += 1
+            # later window positions keep this iteration's samples as drafts, with p as their q
+            for i in range(j + 1, n):
+                for b in range(B):
+                    drafts[b, f + i] = _draw(p[b, i:i + 1], sampling, ds, b)[0]
+                q[:, f + i] = p[:, i]
+            f += j + 1
+        else:
+            f += n
+        stats.steps += 1
+        if progress is not None:
+            progress(f, N, tokens)
+    return tokens, codes
+
+
+def generate(target: ImageARModel, cond, sampling: SamplingConfig, method: MethodConfig,
+             drafter: Optional[ImageARModel] = None, seed: int = 0, mask: Optional[torch.Tensor] = None,
+             progress: Optional[Progress] = None, decode: bool = True) -> GenerationResult:
+    """Run one method on a batch of conditions; returns tokens, images, statistics and acceptance maps."""
+    if method.method == "ar":
+        res = generate_ar(target, cond, sampling, seed, progress=progress, decode=decode, mask=mask)
+        res.maps = acceptance_map(torch.full_like(res.tokens, TARGET), target.grid)
+        return res
+    if method.method == "speculative" and drafter is None:
+        raise ValueError("the speculative method needs a drafter model")
+    t0 = time.perf_counter()
+    stats = RunStats(method=method.method, tokens=target.num_tokens)
+    if torch.cuda.is_available() and target.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(target.device)
+    with torch.inference_mode():
+        if method.method == "speculative":
+            tokens, codes = _Speculative(target, drafter, cond, sampling, method, seed, mask, stats, progress).run()
+        elif method.method == "zipar":
+            tokens, codes = _run_zipar(target, cond, sampling, method, seed, mask, stats, progress)
+        else:
+            tokens, codes = _run_sjd(target, cond, sampling, method, seed, mask, stats, progress)
+        stats.batch = tokens.shape[0]
+        images = None
+        if decode:
+            with stats.timer("decode"):
+                images = target.decode(tokens)
+    if target.device.type == "cuda":
+        stats.peak_memory_bytes = int(torch.cuda.max_memory_allocated(target.device))
+    stats.seconds["total"] = time.perf_counter() - t0
+    return GenerationResult(tokens, images, stats, acceptance_map(codes, target.grid))

@@ -1,0 +1,1 @@
+"""Model families: architectures, safe checkpoint loading and the protocol decoding code uses."""

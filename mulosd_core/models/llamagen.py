@@ -1,0 +1,116 @@
+"""The LlamaGen family behind the model protocol: a GPT, its VQ tokenizer and an image size."""
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+import torch
+
+from .kv_cache import KVCache
+from .llamagen_gpt import LlamaGenGPT
+from .llamagen_vq import VQModel
+from .protocol import ConditionRows
+
+
+class LlamaGenModel:
+    """Adapter: grid from image size and the tokenizer's downsampling, never from the weights."""
+
+    def __init__(self, gpt: LlamaGenGPT, vq: VQModel, image_size: int, name: str = "llamagen") -> None:
+        ds = vq.downsample
+        if image_size <= 0 or image_size % ds:
+            raise ValueError(f"image_size must be a positive multiple of the tokenizer's downsampling {ds}, got {image_size}")
+        if gpt.config.vocab_size != vq.config.codebook_size:
+            raise ValueError(f"GPT vocabulary {gpt.config.vocab_size} != VQ codebook size {vq.config.codebook_size}")
+        self.gpt, self.vq, self.name = gpt.eval(), vq.eval(), name
+        self.image_size = image_size
+        self.grid = image_size // ds
+        self.vocab_size = gpt.config.vocab_size
+        self.cond_len = gpt.cond_len
+        self.model_type = gpt.config.model_type
+        self.num_classes = gpt.config.num_classes if self.model_type == "c2i" else 0
+        self._codebook_id: Optional[str] = None
+
+    @property
+    def num_tokens(self) -> int:
+        return self.grid * self.grid
+
+    @property
+    def device(self) -> torch.device:
+        return self.gpt.output.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.gpt.output.weight.dtype
+
+    # -- condition ------------------------------------------------------------------------
+    def condition_rows(self, cond, cfg: bool, mask: Optional[torch.Tensor] = None) -> ConditionRows:
+        """Class ids [B] (c2i) or caption features [B, T, C] with mask [B, T] (t2i) -> rows [cond; uncond]."""
+        if self.model_type == "c2i":
+            cond = torch.as_tensor(cond, dtype=torch.long, device=self.device).reshape(-1)
+            bad = (cond < 0) | (cond >= self.num_classes)
+            if bool(bad.any()):
+                raise ValueError(f"class id {int(cond[bad][0])} is outside this model's classes 0..{self.num_classes - 1}")
+        else:
+            cond = cond.to(self.device)
+        b = cond.shape[0]
+        if cfg:
+            cond = torch.cat([cond, self.gpt.null_condition(b, self.device)])
+            if mask is not None:
+                mask = torch.cat([mask, mask])
+        emb = self.gpt.embed_condition(cond)
+        key_valid = mask.to(self.device, torch.bool) if mask is not None else None
+        return ConditionRows(emb, key_valid)
+
+    # -- forward --------------------------------------------------------------------------
+    def new_cache(self, rows: int) -> KVCache:
+        return self.gpt.new_cache(rows, self.num_tokens)
+
+    def prefill(self, cond: ConditionRows, cache: KVCache) -> torch.Tensor:
+        """Logits [R, V] for image token 0 (from the last condition position)."""
+        positions = torch.arange(self.cond_len, device=self.device)
+        logits = self.gpt.forward_embeddings(cond.embeddings, positions, self.grid, cache, cond.key_valid)
+        return logits[:, -1]
+
+    def forward_tokens(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                       fed_at: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Feed image tokens [R, n] at image positions [n] (or at `fed_at`, for ZipAR's proxy inputs).
+
+        Returns float32 logits [R, n, V]; entry i predicts the image position after the slot it was fed at.
+        """
+        slots = positions if fed_at is None else fed_at
+        h = self.gpt.tok_embeddings(tokens)
+        return self.gpt.forward_embeddings(h, slots + self.cond_len, self.grid, cache)
+
+    def truncate(self, cache: KVCache, image_length: int) -> None:
+        cache.truncate(self.cond_len + image_length)
+
+    # -- tokenizer ------------------------------------------------------------------------
+    def codebook(self) -> torch.Tensor:
+        return self.vq.quantize.codebook().detach()
+
+    def codebook_id(self) -> str:
+        """Fingerprint of the codebook: drafter and target must share it (SPEC section 4)."""
+        if self._codebook_id is None:
+            data = self.vq.quantize.embedding.weight.detach().float().cpu().numpy().tobytes()
+            self._codebook_id = hashlib.sha1(data).hexdigest()[:16]
+        return self._codebook_id
+
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        return self.vq.encode(images.to(self.vq.quant_conv.weight.device))
+
+    def decode_rows(self, tokens: torch.Tensor, rows: int) -> torch.Tensor:
+        """Images [B, 3, rows*ds, grid*ds] of a band of `rows` token rows (any band, not only the top)."""
+        return self.vq.decode(tokens.to(self.vq.quant_conv.weight.device), rows, self.grid)
+
+    def code_latent(self, tokens: torch.Tensor, rows: int) -> torch.Tensor:
+        """Codebook vectors [B, D, rows, grid] of a band of token rows (as the tokenizer uses them)."""
+        return self.vq.quantize.lookup(tokens.reshape(-1, rows, self.grid).long())
+
+    def nearest_codes(self, latent: torch.Tensor) -> torch.Tensor:
+        """Token grid [B, h*w] of the nearest codes to latent vectors [B, D, h, w]."""
+        return self.vq.quantize.nearest(latent).flatten(1)
+
+    def decode(self, tokens: torch.Tensor, rows: Optional[int] = None) -> torch.Tensor:
+        """Images [B, 3, rows*ds, W] in [0, 1] of the first `rows` token rows (all by default)."""
+        rows = self.grid if rows is None else rows
+        return self.vq.decode(tokens[:, : rows * self.grid].to(self.vq.quant_conv.weight.device), rows, self.grid)

@@ -1,0 +1,148 @@
+"""Detect what a weights file is and build the model it describes.
+
+Shapes determine most of the config (width, depth, vocabulary, classes, caption width,
+VQ channel multipliers); the head count is not visible in the shapes, so it comes from
+the file's metadata (our safetensors), the official size table by width, or an override.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Optional
+
+import torch
+
+from .checkpoints import CheckpointError, check_and_load, read_checkpoint
+from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
+from .llamagen_vq import VQConfig, VQModel
+
+GPT_MARKER = "tok_embeddings.weight"
+VQ_MARKER = "quantize.embedding.weight"
+
+
+def detect_kind(sd: dict[str, torch.Tensor]) -> str:
+    """'gpt', 'vq' or 'unknown'."""
+    if GPT_MARKER in sd and any(k.startswith("layers.") for k in sd):
+        return "gpt"
+    if VQ_MARKER in sd and any(k.startswith("encoder.") for k in sd):
+        return "vq"
+    return "unknown"
+
+
+def _count(sd: dict, pattern: str) -> int:
+    rx = re.compile(pattern)
+    return len({m.group(1) for k in sd if (m := rx.match(k))})
+
+
+def _meta_config(meta: dict[str, str]) -> dict:
+    raw = meta.get("mulosd_config")
+    return json.loads(raw) if raw else {}
+
+
+def infer_gpt_config(sd: dict[str, torch.Tensor], meta: Optional[dict] = None, size: Optional[str] = None,
+                     **overrides) -> GPTConfig:
+    vocab, dim = sd[GPT_MARKER].shape
+    n_layer = _count(sd, r"layers\.(\d+)\.")
+    kw: dict = dict(dim=dim, n_layer=n_layer, vocab_size=vocab)
+    if "cls_embedding.embedding_table.weight" in sd:
+        kw.update(model_type="c2i", num_classes=sd["cls_embedding.embedding_table.weight"].shape[0] - 1, cls_token_num=1)
+    elif "cls_embedding.cap_proj.fc1.weight" in sd:
+        kw.update(model_type="t2i", caption_dim=sd["cls_embedding.cap_proj.fc1.weight"].shape[1],
+                  cls_token_num=sd["cls_embedding.uncond_embedding"].shape[0] if "cls_embedding.uncond_embedding" in sd else 120)
+    else:
+        raise CheckpointError("GPT weights have neither a class embedding nor a caption projection")
+    stored = _meta_config(meta or {})
+    if stored.get("n_head"):
+        kw["n_head"] = stored["n_head"]
+        kw["name"] = stored.get("name", "custom")
+    elif size is not None:
+        if size not in GPT_SIZES:
+            raise ValueError(f"unknown LlamaGen size {size!r}; expected one of {sorted(GPT_SIZES)}")
+        n_layer_s, n_head_s, dim_s = GPT_SIZES[size]
+        if (n_layer_s, dim_s) != (n_layer, dim):
+            raise CheckpointError(f"weights have {n_layer} layers of width {dim}, but size {size} has {n_layer_s} of width {dim_s}")
+        kw.update(n_head=n_head_s, name=size)
+    else:
+        matches = [name for name, (l, h, d) in GPT_SIZES.items() if (l, d) == (n_layer, dim)]
+        if not matches and "n_head" not in overrides:
+            raise CheckpointError(
+                f"cannot tell the head count of a GPT with {n_layer} layers of width {dim}: name its size or pass n_head")
+        if matches:
+            kw.update(n_head=GPT_SIZES[matches[0]][1], name=matches[0])
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    cfg = GPTConfig(**kw)
+    qkv_rows = sd["layers.0.attention.wqkv.weight"].shape[0]
+    kv = (qkv_rows // cfg.head_dim - cfg.n_head) // 2
+    if kv != cfg.n_head:
+        cfg.n_kv_head = kv
+    hidden = sd["layers.0.feed_forward.w1.weight"].shape[0]
+    if hidden != cfg.ffn_hidden:
+        cfg.ffn_hidden_dim = hidden
+    return cfg
+
+
+def infer_vq_config(sd: dict[str, torch.Tensor], meta: Optional[dict] = None, **overrides) -> VQConfig:
+    n_codes, edim = sd[VQ_MARKER].shape
+    ch = sd["encoder.conv_in.weight"].shape[0]
+    levels = _count(sd, r"encoder\.conv_blocks\.(\d+)\.")
+    enc_mult = [sd[f"encoder.conv_blocks.{l}.res.0.conv1.weight"].shape[0] // ch for l in range(levels)]
+    dec_levels = _count(sd, r"decoder\.conv_blocks\.(\d+)\.")
+    dec_mult = [sd[f"decoder.conv_blocks.{j}.res.0.conv1.weight"].shape[0] // ch for j in range(dec_levels)][::-1]
+    kw: dict = dict(codebook_size=n_codes, codebook_embed_dim=edim, ch=ch, encoder_ch_mult=enc_mult, decoder_ch_mult=dec_mult,
+                    z_channels=sd["encoder.conv_out.weight"].shape[0],
+                    num_res_blocks=_count(sd, r"encoder\.conv_blocks\.0\.res\.(\d+)\."),
+                    codebook_show_usage="quantize.codebook_used" in sd)
+    stored = _meta_config(meta or {})
+    for key in ("codebook_l2_norm", "norm_groups"):
+        if key in stored:
+            kw[key] = stored[key]
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    return VQConfig(**kw)
+
+
+def _expect(kind: str, want: str, path: str) -> None:
+    if kind == want:
+        return
+    other = {"gpt": "a LlamaGen GPT", "vq": "a VQ tokenizer"}.get(kind, "neither a LlamaGen GPT nor a VQ tokenizer")
+    raise CheckpointError(f"{path}: expected {'a VQ tokenizer' if want == 'vq' else 'a LlamaGen GPT'} checkpoint, but this file is {other}")
+
+
+def load_gpt(path: str, size: Optional[str] = None, key: Optional[str] = None, dtype: torch.dtype = torch.float32,
+             device: str | torch.device = "cpu", **overrides) -> LlamaGenGPT:
+    """Load a LlamaGen GPT file (safetensors or nested .pt) with its config inferred from the weights."""
+    sd, meta = read_checkpoint(path, key)
+    _expect(detect_kind(sd), "gpt", path)
+    try:
+        cfg = infer_gpt_config(sd, meta, size, **overrides)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    with torch.device("meta"):
+        model = LlamaGenGPT(cfg)
+    model = model.to_empty(device="cpu")
+    if cfg.model_type == "t2i" and "cls_embedding.uncond_embedding" not in sd:
+        raise CheckpointError(f"{path}: t2i GPT lacks cls_embedding.uncond_embedding (the null caption)")
+    check_and_load(model, sd, path, f"LlamaGen {cfg.name} {cfg.model_type} GPT")
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def load_vq(path: str, key: Optional[str] = None, device: str | torch.device = "cpu", **overrides) -> VQModel:
+    """Load a LlamaGen VQ tokenizer file; it stays in float32 as upstream."""
+    sd, meta = read_checkpoint(path, key)
+    _expect(detect_kind(sd), "vq", path)
+    cfg = infer_vq_config(sd, meta, **overrides)
+    with torch.device("meta"):
+        model = VQModel(cfg)
+    model = model.to_empty(device="cpu")
+    check_and_load(model, sd, path, "VQ tokenizer")
+    return model.to(device).eval()
+
+
+def describe(path: str) -> dict:
+    """What a file is, for UIs: kind plus the inferred config (no model is built)."""
+    sd, meta = read_checkpoint(path)
+    kind = detect_kind(sd)
+    if kind == "gpt":
+        return {"kind": kind, **infer_gpt_config(sd, meta).to_dict()}
+    if kind == "vq":
+        return {"kind": kind, **infer_vq_config(sd, meta).to_dict()}
+    return {"kind": kind}

@@ -1,0 +1,48 @@
+"""Run statistics: counters and timings that every method reports, JSON-serialisable."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field, asdict
+
+
+@dataclass
+class RunStats:
+    method: str = "ar"
+    batch: int = 1
+    tokens: int = 0                 # image tokens produced per sample
+    target_calls: int = 0           # target forwards, prefill included
+    drafter_calls: int = 0          # drafter forwards, prefills included
+    drafted: int = 0                # draft tokens proposed to the verifier
+    accepted: int = 0               # draft tokens kept as drafted
+    resampled: int = 0              # tokens sampled by the target outside acceptance
+    steps: int = 0                  # decoding steps (chunks)
+    largest_island: list[int] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=lambda: {"total": 0.0})
+    peak_memory_bytes: int = 0
+
+    @contextmanager
+    def timer(self, part: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - t0
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return self.tokens / max(self.target_calls, 1)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / max(self.drafted, 1)
+
+    @property
+    def resampled_fraction(self) -> float:
+        return self.resampled / max(self.tokens * self.batch, 1)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tokens_per_target_call=self.tokens_per_target_call, acceptance_rate=self.acceptance_rate,
+                 resampled_fraction=self.resampled_fraction)
+        return d

@@ -1,0 +1,317 @@
+"""Train the embedded LlamaGen-format family in order: VQ, classifier, target, drafter, SD drafter.
+
+    python -m mulosd_core.train.family --preset cpu --device cpu --out models/embedded
+
+Each stage resumes after an interruption (state under --work) and is skipped once its
+safetensors and model card exist. Every model is a real LlamaGen-format checkpoint that
+the generic loaders read (registry.load_gpt / load_vq).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..data.procedural import NUM_CLASSES, CLASS_NAMES, make_keyed_batch
+from ..imageops import resize
+from ..models.checkpoints import save_safetensors
+from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
+from ..models.llamagen_vq import VQConfig, VQModel
+
+log = logging.getLogger("mulosd.train")
+DATA_SEED = 1234
+
+
+@dataclass
+class GPTStage:
+    name: str
+    grid: int
+    dim: int
+    n_layer: int
+    n_head: int
+    steps: int
+    batch: int = 32
+    lr: float = 1e-3
+
+
+@dataclass
+class Preset:
+    name: str
+    image_size: int = 64
+    vq: VQConfig = field(default_factory=lambda: VQConfig(
+        codebook_size=512, codebook_embed_dim=8, encoder_ch_mult=[1, 2, 2], decoder_ch_mult=[1, 2, 2],
+        z_channels=32, ch=16, num_res_blocks=1, norm_groups=8))
+    vq_steps: int = 1000
+    vq_batch: int = 16
+    vq_lr: float = 2e-3
+    classifier_steps: int | None = None
+    pool: int = 24000
+    gpts: list[GPTStage] = field(default_factory=lambda: [
+        GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=1200, batch=16),
+        GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=1200, batch=32),
+        GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=800, batch=16),
+    ])
+
+
+PRESETS = {
+    "cpu": Preset("cpu"),
+    "gpu": Preset("gpu", vq_steps=6000, vq_batch=64, pool=100000, gpts=[
+        GPTStage("target", grid=16, dim=192, n_layer=6, n_head=6, steps=8000, batch=64),
+        GPTStage("drafter", grid=8, dim=128, n_layer=4, n_head=4, steps=6000, batch=64),
+        GPTStage("sd_drafter", grid=16, dim=64, n_layer=2, n_head=2, steps=4000, batch=64)]),
+    "smoke": Preset("smoke", vq=VQConfig(codebook_size=32, codebook_embed_dim=4, encoder_ch_mult=[1, 2, 2],
+                                         decoder_ch_mult=[1, 2, 2], z_channels=8, ch=8, num_res_blocks=1, norm_groups=4),
+                    vq_steps=2, vq_batch=4, classifier_steps=2, pool=32, gpts=[
+                        GPTStage("target", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4),
+                        GPTStage("drafter", grid=8, dim=32, n_layer=1, n_head=2, steps=2, batch=4),
+                        GPTStage("sd_drafter", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4)]),
+}
+
+
+class Progress:
+    """Logs a progress line with loss and ETA every `every` steps (no extra dependency)."""
+
+    def __init__(self, stage: str, total: int, start: int, every: int = 50) -> None:
+        self.stage, self.total, self.start, self.every, self.t0 = stage, total, start, every, time.perf_counter()
+
+    def __call__(self, step: int, **values: float) -> None:
+        if step % self.every and step != self.total:
+            return
+        done = step - self.start
+        rate = done / max(time.perf_counter() - self.t0, 1e-9)
+        eta = (self.total - step) / max(rate, 1e-9)
+        vals = " ".join(f"{k}={v:.4f}" for k, v in values.items())
+        log.info("[%s] %d/%d %s (%.2f it/s, eta %.0fs)", self.stage, step, self.total, vals, rate, eta)
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int = 50) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+
+def _resume_path(work: Path, stage: str) -> Path:
+    return work / f"{stage}.resume.pt"
+
+
+def _save_resume(work: Path, stage: str, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int, extra: dict) -> None:
+    tmp = _resume_path(work, stage).with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": torch.tensor(step), **extra}, tmp)
+    os.replace(tmp, _resume_path(work, stage))
+
+
+def _load_resume(work: Path, stage: str, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[int, dict]:
+    p = _resume_path(work, stage)
+    if not p.exists():
+        return 0, {}
+    state = torch.load(p, map_location="cpu", weights_only=True)
+    model.load_state_dict(state.pop("model"))
+    opt.load_state_dict(state.pop("opt"))
+    step = int(state.pop("step"))
+    log.info("[%s] resuming at step %d", stage, step)
+    return step, state
+
+
+def _write_card(out: Path, name: str, card: dict) -> None:
+    (out / f"{name}.json").write_text(json.dumps(card, indent=2, sort_keys=True))
+
+
+def _command() -> str:
+    return "python -m mulosd_core.train.family " + " ".join(sys.argv[1:])
+
+
+def _labels(n: int, step: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return torch.randint(0, NUM_CLASSES, (n,), generator=g)
+
+
+# --------------------------------------------------------------------------------------- VQ
+def vq_losses(vq: VQModel, images: torch.Tensor, beta: float = 0.25) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """Reconstruction + codebook + commitment losses with a straight-through estimator."""
+    z = vq.encode_latent(images)
+    idx = vq.quantize.nearest(z)
+    zn = F.normalize(z, dim=1) if vq.quantize.l2_norm else z
+    e = vq.quantize.lookup(idx)
+    codebook = F.mse_loss(e, zn.detach())
+    commit = F.mse_loss(zn, e.detach())
+    zq = zn + (e - zn).detach()
+    recon = vq.decode_latent(zq)
+    rec = F.mse_loss(recon, images)
+    loss = rec + F.l1_loss(recon, images) * 0.5 + codebook + beta * commit
+    return loss, {"mse": rec.item(), "codebook": codebook.item()}, idx
+
+
+def train_vq(p: Preset, out: Path, work: Path, device: str) -> VQModel:
+    vq = VQModel(p.vq).to(device)
+    opt = torch.optim.Adam(vq.parameters(), lr=p.vq_lr, betas=(0.5, 0.9))
+    start, extra = _load_resume(work, "vq", vq, opt)
+    usage = extra.get("usage", torch.zeros(p.vq.codebook_size))
+    prog = Progress("vq", p.vq_steps, start)
+    vq.train()
+    for step in range(start, p.vq_steps):
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step, p.vq_steps, p.vq_lr)
+        labels = _labels(p.vq_batch, step, DATA_SEED)
+        images = make_keyed_batch(labels, (DATA_SEED, 1, step), p.image_size).to(device)
+        half = p.image_size // 2
+        if step % 2:  # the tokenizer also sees the drafter's resolution (downsampled target images)
+            images = resize(images, half, "area")
+        else:  # a convolutional tokenizer trains on crops at a quarter of the cost
+            oy, ox = (int(v) for v in torch.randint(0, half // 4 + 1, (2,), generator=torch.Generator().manual_seed(step)) * 4)
+            images = images[..., oy:oy + half, ox:ox + half]
+        loss, parts, idx = vq_losses(vq, images)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        usage = usage * 0.99 + torch.bincount(idx.flatten().cpu(), minlength=p.vq.codebook_size).float()
+        if step % 100 == 99 and step < p.vq_steps * 0.8:  # restart dead codes on encoder outputs
+            dead = (usage < 1e-3).nonzero().flatten()
+            if len(dead):
+                with torch.no_grad():
+                    z = F.normalize(vq.encode_latent(images), dim=1).permute(0, 2, 3, 1).reshape(-1, p.vq.codebook_embed_dim)
+                    pick = torch.randint(0, z.shape[0], (len(dead),))
+                    vq.quantize.embedding.weight.data[dead.to(device)] = z[pick] + 0.01 * torch.randn_like(z[pick])
+                    usage[dead] = 1.0
+        prog(step + 1, loss=loss.item(), **parts)
+        if (step + 1) % 200 == 0:
+            _save_resume(work, "vq", vq, opt, step + 1, {"usage": usage})
+    vq.eval()
+    psnr = vq_psnr(vq, 256, p.image_size, device)
+    meta = {"mulosd_config": vq.config.to_dict(), "kind": "vq"}
+    save_safetensors(vq.state_dict(), str(out / "vq.safetensors"), meta)
+    _write_card(out, "vq", {"kind": "vq", "config": vq.config.to_dict(), "steps": p.vq_steps, "data_seed": DATA_SEED,
+                            "image_size": p.image_size, "metrics": {"psnr_db": psnr, "codes_used": int((usage > 1e-3).sum())},
+                            "reproduce": _command()})
+    log.info("[vq] PSNR %.2f dB, %d codes in use", psnr, int((usage > 1e-3).sum()))
+    return vq
+
+
+@torch.no_grad()
+def vq_psnr(vq: VQModel, n: int, size: int, device: str, seed: int = 777) -> float:
+    labels = torch.arange(n) % NUM_CLASSES
+    images = make_keyed_batch(labels, (seed,), size).to(device)
+    g = size // vq.downsample
+    rec = vq.decode(vq.encode(images), g, g)
+    mse = F.mse_loss(rec, images, reduction="none").flatten(1).mean(1)
+    return float((10 * torch.log10(1.0 / mse.clamp_min(1e-10))).mean())
+
+
+# ------------------------------------------------------------------------------------- GPTs
+@torch.no_grad()
+def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, torch.Tensor]:
+    """Encode a fixed, class-balanced image pool once at both grids; shared by every GPT stage."""
+    path = work / "token_pool.pt"
+    if path.exists():
+        return torch.load(path, map_location="cpu", weights_only=True)
+    labels = torch.arange(p.pool) % NUM_CLASSES
+    full, low = [], []
+    for i in range(0, p.pool, 256):
+        images = make_keyed_batch(labels[i:i + 256], (DATA_SEED, 2, i), p.image_size).to(device)
+        full.append(vq.encode(images).cpu())
+        low.append(vq.encode(resize(images, p.image_size // 2, "area")).cpu())
+        if i % 4096 == 0:
+            log.info("[pool] encoded %d/%d images", i, p.pool)
+    pool = {"labels": labels, "full": torch.cat(full).to(torch.int16), "low": torch.cat(low).to(torch.int16)}
+    torch.save(pool, path)
+    return pool
+
+
+def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Path, work: Path, device: str) -> LlamaGenGPT:
+    cfg = GPTConfig(dim=stage.dim, n_layer=stage.n_layer, n_head=stage.n_head, vocab_size=p.vq.codebook_size,
+                    num_classes=NUM_CLASSES, multiple_of=32, name=f"embedded-{stage.name}")
+    torch.manual_seed(DATA_SEED)
+    model = LlamaGenGPT(cfg)
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(m.weight, std=0.02)
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.05)
+    start, _ = _load_resume(work, stage.name, model, opt)
+    tokens = pool["full"] if stage.grid * 4 == p.image_size else pool["low"]
+    prog = Progress(stage.name, stage.steps, start)
+    loss_ema = None
+    for step in range(start, stage.steps):
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step, stage.steps, stage.lr)
+        gen = torch.Generator().manual_seed(DATA_SEED * 7 + step)
+        idx = torch.randint(0, tokens.shape[0], (stage.batch,), generator=gen)
+        x = tokens[idx].long().to(device)
+        y = pool["labels"][idx].clone()
+        y[torch.rand(stage.batch, generator=gen) < cfg.class_dropout_prob] = NUM_CLASSES  # CFG's null class
+        logits = model(x, y.to(device), stage.grid)
+        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), x.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+        prog(step + 1, loss=loss_ema)
+        if (step + 1) % 200 == 0:
+            _save_resume(work, stage.name, model, opt, step + 1, {})
+    model.eval()
+    meta = {"mulosd_config": {**cfg.to_dict(), "image_size": stage.grid * 4}, "kind": "gpt"}
+    save_safetensors({k: v.half() for k, v in model.state_dict().items()}, str(out / f"{stage.name}.safetensors"), meta)
+    _write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
+                                  "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema, "data_seed": DATA_SEED,
+                                  "params": sum(t.numel() for t in model.parameters()), "reproduce": _command()})
+    return model
+
+
+def _done(out: Path, name: str) -> bool:
+    return (out / f"{name}.safetensors").exists() and (out / f"{name}.json").exists()
+
+
+def train_family(preset: str, out: str, work: str, device: str) -> None:
+    from ..models.registry import load_vq
+    from .classifier import train_classifier
+
+    p = PRESETS[preset]
+    out_p, work_p = Path(out), Path(work)
+    out_p.mkdir(parents=True, exist_ok=True)
+    work_p.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    vq = load_vq(str(out_p / "vq.safetensors"), device=device) if _done(out_p, "vq") else train_vq(p, out_p, work_p, device)
+    log.info("VQ ready after %.0fs", time.perf_counter() - t0)
+    if not _done(out_p, "classifier"):
+        train_classifier(steps=p.classifier_steps, seed=DATA_SEED, device=device, out_path=str(out_p / "classifier.safetensors"))
+    log.info("classifier ready after %.0fs", time.perf_counter() - t0)
+    pool = None
+    for stage in p.gpts:
+        if _done(out_p, stage.name):
+            continue
+        pool = pool or token_pool(vq, p, work_p, device)
+        train_gpt(stage, p, pool, out_p, work_p, device)
+        log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
+    (out_p / "family.json").write_text(json.dumps({
+        "preset": preset, "classes": CLASS_NAMES, "image_size": p.image_size, "vq_downsample": p.vq.downsample,
+        "members": {"vq": "vq.safetensors", "classifier": "classifier.safetensors",
+                    **{s.name: f"{s.name}.safetensors" for s in p.gpts}},
+        "reproduce": _command()}, indent=2))
+    log.info("family trained in %.0fs", time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--out", default="models/embedded")
+    ap.add_argument("--work", default="outputs/train", help="resume state and the encoded token pool")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train_family(args.preset, args.out, args.work, args.device)
+
+
+if __name__ == "__main__":
+    main()
