@@ -52,6 +52,13 @@ class LlamaGenModel:
                 raise ValueError(f"class id {int(cond[bad][0])} is outside this model's classes 0..{self.num_classes - 1}")
         else:
             cond = cond.to(self.device)
+            # upstream uses T = cond.shape[1] condition positions and slices the embeddings to cls_token_num,
+            # so the two must agree (120 for the released models, the T5 max_length)
+            if cond.dim() != 3 or cond.shape[1] != self.cond_len or cond.shape[2] != self.gpt.config.caption_dim:
+                raise ValueError(f"caption features must be [B, {self.cond_len}, {self.gpt.config.caption_dim}] for this "
+                                 f"model, got {tuple(cond.shape)} (encode captions with max_length={self.cond_len})")
+            if mask is not None and tuple(mask.shape) != tuple(cond.shape[:2]):
+                raise ValueError(f"caption mask must be [B, {self.cond_len}] like the features, got {tuple(mask.shape)}")
         b = cond.shape[0]
         if cfg:
             cond = torch.cat([cond, self.gpt.null_condition(b, self.device)])

@@ -7,12 +7,14 @@ the file's metadata (our safetensors), the official size table by width, or an o
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Optional
 
 import torch
 
 from .checkpoints import CheckpointError, check_and_load, read_checkpoint
+from .llamagen import LlamaGenModel
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
 from .llamagen_vq import VQConfig, VQModel
 
@@ -146,3 +148,56 @@ def describe(path: str) -> dict:
     if kind == "vq":
         return {"kind": kind, **infer_vq_config(sd, meta).to_dict()}
     return {"kind": kind}
+
+
+EMBEDDED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models", "embedded")
+EMBEDDED_MEMBERS = {"target": "target.safetensors", "drafter": "drafter.safetensors",
+                    "sd_drafter": "sd_drafter.safetensors", "vq": "vq.safetensors"}
+
+
+def embedded_path(member: str) -> str:
+    """Path of a shipped embedded-family file ('target', 'drafter', 'sd_drafter', 'vq')."""
+    if member not in EMBEDDED_MEMBERS:
+        raise ValueError(f"unknown embedded model {member!r}; expected one of {sorted(EMBEDDED_MEMBERS)}")
+    path = os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS[member])
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: the embedded model is missing; train it with "
+                                "`python -m mulosd_core.train.family` or reinstall the pack")
+    return path
+
+
+def stored_image_size(path: str) -> Optional[int]:
+    """The image size a GPT file was trained at, when its metadata says (our safetensors do)."""
+    if not path.endswith(".safetensors"):
+        return None
+    _, meta = read_safetensors_meta(path)
+    return _meta_config(meta).get("image_size")
+
+
+def read_safetensors_meta(path: str) -> tuple[list[str], dict]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, framework="pt", device="cpu") as f:
+            return list(f.keys()), dict(f.metadata() or {})
+    except Exception as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})") from None
+
+
+def load_model(gpt_path: str, vq_path: str, image_size: Optional[int] = None, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu", name: Optional[str] = None, vq: Optional[VQModel] = None,
+               **overrides) -> LlamaGenModel:
+    """A LlamaGen model behind the protocol: GPT + VQ files and the image size to generate at."""
+    size = image_size or stored_image_size(gpt_path)
+    if size is None:
+        raise ValueError(f"{gpt_path}: the file does not record its image size; pass image_size (e.g. 256, 384, 512)")
+    gpt = load_gpt(gpt_path, dtype=dtype, device=device, **overrides)
+    vq = vq if vq is not None else load_vq(vq_path, device=device)
+    return LlamaGenModel(gpt, vq, int(size), name=name or os.path.splitext(os.path.basename(gpt_path))[0])
+
+
+def load_embedded(member: str = "target", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                  vq: Optional[VQModel] = None) -> LlamaGenModel:
+    """One member of the shipped embedded family, sharing `vq` when given."""
+    return load_model(embedded_path(member), embedded_path("vq"), dtype=dtype, device=device,
+                      name=f"embedded-{member}", vq=vq)

@@ -1,0 +1,56 @@
+"""Named method configurations: the paper's methods, baselines and ablations.
+
+One place defines what "mulo_islands" or "lantern" means, so the demo, the benchmark
+and the nodes run the same thing. MuLo-SD's defaults (tau, k, l, w) come from the
+committed sweep (bench/sweep.py -> bench/results/sweep-embedded.json), not by hand.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .engine import MethodConfig, VerifierConfig
+from .upsample import UpsamplerConfig
+
+# Chosen by bench/sweep.py on the embedded pair; see README "How the defaults were chosen".
+MULO_TAU = 0.3
+MULO_K = 8
+MULO_RADIUS = 1
+MULO_WINDOW = 2
+MULO_ROWS = 2
+LANTERN_DELTA = 0.1
+LANTERN_K = 1000
+
+
+def mulo_verifier(**kw) -> VerifierConfig:
+    base = dict(rule="mulo", tau=MULO_TAU, k_neighbours=MULO_K, expansion_radius=MULO_RADIUS,
+                rejection="local", resampling="islands")
+    base.update(kw)
+    return VerifierConfig(**base)
+
+
+def mulo_islands(**kw) -> MethodConfig:
+    """The shipped default: islands resampling + ZipAR-style parallel drafting."""
+    return MethodConfig(verifier=mulo_verifier(**kw), upsampler=UpsamplerConfig(),
+                        rows_per_step=MULO_ROWS, parallel_window=MULO_WINDOW)
+
+
+# name -> (method config, which drafter it needs: "low", "same" or None)
+def method_presets() -> dict[str, tuple[MethodConfig, str | None]]:
+    mi = mulo_islands()
+    return {
+        "ar": (MethodConfig(method="ar"), None),
+        "sd": (MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"), draft_len=4), "same"),
+        "lantern": (MethodConfig(verifier=VerifierConfig(rule="lantern", rejection="raster", lantern_delta=LANTERN_DELTA,
+                                                         lantern_k=LANTERN_K), draft_len=4), "same"),
+        "zipar": (MethodConfig(method="zipar", zipar_window=8), None),
+        "sjd": (MethodConfig(method="sjd", sjd_window=16), None),
+        "mulo_serial": (replace(mi, verifier=mulo_verifier(resampling="serial"), parallel_window=0), "low"),
+        "mulo_islands": (mi, "low"),
+        # ablations (the paper's tables): each switches one thing off the default
+        "mulo_no_pooling": (replace(mi, verifier=mulo_verifier(k_neighbours=1)), "low"),
+        "mulo_raster": (replace(mi, verifier=mulo_verifier(rejection="raster")), "low"),
+        "mulo_sequential_draft": (replace(mi, parallel_window=0), "low"),
+        "mulo_nearest": (replace(mi, upsampler=UpsamplerConfig(kind="nearest")), "low"),
+        "mulo_embedding": (replace(mi, upsampler=UpsamplerConfig(kind="embedding")), "low"),
+        "mulo_oracle": (replace(mi, oracle=True), "low"),
+    }
