@@ -75,43 +75,29 @@ def _stripe_sdf(u: np.ndarray, period: float, phase: float, duty: float) -> np.n
 
 # ---------------------------------------------------------------- colours / background
 
+# A small palette of well-separated colours: identity lives in the pattern, and a tiny
+# CPU-trained tokenizer can represent every colour exactly (PSNR target of the embedded VQ).
+PALETTE = np.array([
+    [0.90, 0.20, 0.20], [0.20, 0.70, 0.30], [0.20, 0.35, 0.90], [0.95, 0.85, 0.20],
+    [0.85, 0.40, 0.85], [0.15, 0.80, 0.85], [0.95, 0.95, 0.95], [0.12, 0.12, 0.15],
+], dtype=np.float32)
+
+
 def _random_colour(rng: np.random.Generator) -> np.ndarray:
-    return rng.uniform(0.05, 0.95, size=3).astype(np.float32)
+    return PALETTE[int(rng.integers(len(PALETTE)))]
 
 
 def _background(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Smooth background: flat, linear or radial gradient. Returns (HxWx3, its colours)."""
-    x, y = _grid(size)
-    kind = int(rng.integers(3))
+    """Flat background in one palette colour. Returns (HxWx3, its colours)."""
     c0 = _random_colour(rng)
-    # the second colour stays near the first so the background never looks like a pattern
-    c1 = np.clip(c0 + rng.uniform(-0.25, 0.25, size=3), 0.0, 1.0).astype(np.float32)
-    angle = rng.uniform(0.0, 2 * np.pi)
-    centre = rng.uniform(0.2, 0.8, size=2)
-    if kind == 0:
-        t = np.zeros_like(x)
-        colours = [c0]
-    elif kind == 1:
-        t = np.clip(0.5 + (x - 0.5) * np.cos(angle) + (y - 0.5) * np.sin(angle), 0.0, 1.0)
-        colours = [c0, c1]
-    else:
-        t = np.clip(np.hypot(x - centre[0], y - centre[1]) / 0.8, 0.0, 1.0)
-        colours = [c0, c1]
-    img = c0[None, None, :] * (1.0 - t[..., None]) + c1[None, None, :] * t[..., None]
-    return img.astype(np.float32), colours
+    img = np.broadcast_to(c0[None, None, :], (size, size, 3)).astype(np.float32)
+    return img, [c0]
 
 
 def _contrasting_colour(rng: np.random.Generator, against: Sequence[np.ndarray]) -> np.ndarray:
-    """A colour far from every background colour (bounded tries, then the best one)."""
-    best, best_d = None, -1.0
-    for _ in range(16):
-        c = _random_colour(rng)
-        d = min(float(np.linalg.norm(c - a)) for a in against)
-        if d >= _MIN_CONTRAST:
-            return c
-        if d > best_d:
-            best, best_d = c, d
-    return best
+    """A palette colour far from every background colour."""
+    ok = [c for c in PALETTE if min(float(np.linalg.norm(c - a)) for a in against) >= _MIN_CONTRAST]
+    return ok[int(rng.integers(len(ok)))]
 
 
 # ---------------------------------------------------------------- pattern SDFs

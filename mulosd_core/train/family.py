@@ -48,15 +48,16 @@ class Preset:
     name: str
     image_size: int = 64
     vq: VQConfig = field(default_factory=lambda: VQConfig(
-        codebook_size=512, codebook_embed_dim=8, encoder_ch_mult=[1, 2, 2], decoder_ch_mult=[1, 2, 2],
+        codebook_size=1024, codebook_embed_dim=8, encoder_ch_mult=[1, 2, 2], decoder_ch_mult=[1, 2, 2],
         z_channels=32, ch=16, num_res_blocks=1, norm_groups=8))
-    vq_steps: int = 1000
+    vq_steps: int = 2400
     vq_batch: int = 16
     vq_lr: float = 2e-3
+    vq_ae_fraction: float = 0.6   # share of VQ steps spent as a plain autoencoder before quantising
     classifier_steps: int | None = None
     pool: int = 24000
     gpts: list[GPTStage] = field(default_factory=lambda: [
-        GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=1200, batch=16),
+        GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=1000, batch=16),
         GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=1200, batch=32),
         GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=800, batch=16),
     ])
@@ -135,31 +136,84 @@ def _labels(n: int, step: int, seed: int) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------- VQ
-def vq_losses(vq: VQModel, images: torch.Tensor, beta: float = 0.25) -> tuple[torch.Tensor, dict, torch.Tensor]:
-    """Reconstruction + codebook + commitment losses with a straight-through estimator."""
+def vq_losses(vq: VQModel, images: torch.Tensor, beta: float = 0.25) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor]:
+    """Reconstruction + commitment losses with a straight-through estimator.
+
+    The codebook itself is not trained by gradient: `ema_codebook_update` moves each code to
+    the running mean of the (normalised) encoder outputs assigned to it, which on a short CPU
+    budget is far more robust against codebook collapse than a codebook loss.
+    """
     z = vq.encode_latent(images)
     idx = vq.quantize.nearest(z)
     zn = F.normalize(z, dim=1) if vq.quantize.l2_norm else z
     e = vq.quantize.lookup(idx)
-    codebook = F.mse_loss(e, zn.detach())
     commit = F.mse_loss(zn, e.detach())
     zq = zn + (e - zn).detach()
     recon = vq.decode_latent(zq)
     rec = F.mse_loss(recon, images)
-    loss = rec + F.l1_loss(recon, images) * 0.5 + codebook + beta * commit
-    return loss, {"mse": rec.item(), "codebook": codebook.item()}, idx
+    loss = rec + F.l1_loss(recon, images) * 0.5 + beta * commit
+    return loss, {"mse": rec.item(), "commit": commit.item()}, idx, zn.detach()
+
+
+@torch.no_grad()
+def ema_codebook_update(vq: VQModel, idx: torch.Tensor, zn: torch.Tensor, state: dict, decay: float = 0.9) -> None:
+    """Online (spherical) k-means step; codes that fall out of use restart on random encoder outputs."""
+    n_codes, dim = vq.quantize.embedding.weight.shape
+    flat = zn.permute(0, 2, 3, 1).reshape(-1, dim).float()
+    i = idx.flatten()
+    if "n" not in state:
+        state["n"] = torch.ones(n_codes, device=flat.device)
+        state["s"] = vq.quantize.codebook().detach().float().clone()
+    state["n"].mul_(decay).add_(torch.bincount(i, minlength=n_codes).float(), alpha=1 - decay)
+    state["s"].mul_(decay).add_(torch.zeros(n_codes, dim, device=flat.device).index_add_(0, i, flat), alpha=1 - decay)
+    w = state["s"] / state["n"].clamp_min(1e-5)[:, None]
+    w = F.normalize(w, dim=-1) if vq.quantize.l2_norm else w
+    dead = state["n"] < 1e-3
+    if bool(dead.any()):
+        pick = torch.randint(0, flat.shape[0], (int(dead.sum()),), device=flat.device)
+        w[dead] = flat[pick]
+        state["s"][dead] = flat[pick]
+        state["n"][dead] = 1.0
+    vq.quantize.embedding.weight.data.copy_(w)
+
+
+@torch.no_grad()
+def kmeans_codebook_init(vq: VQModel, p: Preset, device: str, iters: int = 15) -> None:
+    """Spherical k-means of warmed-up encoder outputs: every code starts where data lives."""
+    half = p.image_size // 2
+    labels = torch.arange(256) % NUM_CLASSES
+    images = make_keyed_batch(labels, (DATA_SEED, 3), p.image_size).to(device)
+    lat = [vq.encode_latent(images), vq.encode_latent(resize(images, half, "area"))]
+    x = torch.cat([F.normalize(z, dim=1).permute(0, 2, 3, 1).reshape(-1, z.shape[1]) for z in lat])
+    n = vq.quantize.embedding.weight.shape[0]
+    g = torch.Generator(device="cpu").manual_seed(DATA_SEED)
+    c = x[torch.randperm(len(x), generator=g)[:n].to(x.device)].clone()
+    for _ in range(iters):
+        idx = (x @ c.t()).argmax(1)
+        s = torch.zeros_like(c).index_add_(0, idx, x)
+        cnt = torch.bincount(idx, minlength=n)
+        empty = cnt == 0
+        c = F.normalize(s, dim=1)
+        c[empty] = x[torch.randint(0, len(x), (int(empty.sum()),), generator=g).to(x.device)]
+    vq.quantize.embedding.weight.data.copy_(c)
+    log.info("[vq] k-means codebook from %d latent vectors", len(x))
 
 
 def train_vq(p: Preset, out: Path, work: Path, device: str) -> VQModel:
+    torch.manual_seed(DATA_SEED)
     vq = VQModel(p.vq).to(device)
-    opt = torch.optim.Adam(vq.parameters(), lr=p.vq_lr, betas=(0.5, 0.9))
+    params = [t for n, t in vq.named_parameters() if not n.startswith("quantize.")]
+    opt = torch.optim.Adam(params, lr=p.vq_lr, betas=(0.9, 0.99))
     start, extra = _load_resume(work, "vq", vq, opt)
-    usage = extra.get("usage", torch.zeros(p.vq.codebook_size))
+    ema = {k: extra[k] for k in ("n", "s") if k in extra}
     prog = Progress("vq", p.vq_steps, start)
     vq.train()
+    warm = int(p.vq_steps * p.vq_ae_fraction)
     for step in range(start, p.vq_steps):
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, p.vq_steps, p.vq_lr)
+        if step == warm and warm > 0 and not ema:
+            kmeans_codebook_init(vq, p, device)
         labels = _labels(p.vq_batch, step, DATA_SEED)
         images = make_keyed_batch(labels, (DATA_SEED, 1, step), p.image_size).to(device)
         half = p.image_size // 2
@@ -168,30 +222,31 @@ def train_vq(p: Preset, out: Path, work: Path, device: str) -> VQModel:
         else:  # a convolutional tokenizer trains on crops at a quarter of the cost
             oy, ox = (int(v) for v in torch.randint(0, half // 4 + 1, (2,), generator=torch.Generator().manual_seed(step)) * 4)
             images = images[..., oy:oy + half, ox:ox + half]
-        loss, parts, idx = vq_losses(vq, images)
+        if step < warm:  # autoencoder warm-up on the normalised latent: no quantisation yet
+            zn = F.normalize(vq.encode_latent(images), dim=1)
+            recon = vq.decode_latent(zn)
+            loss = F.mse_loss(recon, images)
+            parts = {"mse": loss.item()}
+        else:
+            loss, parts, idx, zn = vq_losses(vq, images)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        usage = usage * 0.99 + torch.bincount(idx.flatten().cpu(), minlength=p.vq.codebook_size).float()
-        if step % 100 == 99 and step < p.vq_steps * 0.8:  # restart dead codes on encoder outputs
-            dead = (usage < 1e-3).nonzero().flatten()
-            if len(dead):
-                with torch.no_grad():
-                    z = F.normalize(vq.encode_latent(images), dim=1).permute(0, 2, 3, 1).reshape(-1, p.vq.codebook_embed_dim)
-                    pick = torch.randint(0, z.shape[0], (len(dead),))
-                    vq.quantize.embedding.weight.data[dead.to(device)] = z[pick] + 0.01 * torch.randn_like(z[pick])
-                    usage[dead] = 1.0
+        if step >= warm:
+            ema_codebook_update(vq, idx, zn, ema)
+            parts["codes"] = float((ema["n"] > 1e-2).sum())
         prog(step + 1, loss=loss.item(), **parts)
         if (step + 1) % 200 == 0:
-            _save_resume(work, "vq", vq, opt, step + 1, {"usage": usage})
+            _save_resume(work, "vq", vq, opt, step + 1, dict(ema))
     vq.eval()
-    psnr = vq_psnr(vq, 256, p.image_size, device)
+    used = int((ema["n"] > 1e-2).sum()) if ema else 0
+    psnr = vq_psnr(vq, 240, p.image_size, device)
     meta = {"mulosd_config": vq.config.to_dict(), "kind": "vq"}
     save_safetensors(vq.state_dict(), str(out / "vq.safetensors"), meta)
     _write_card(out, "vq", {"kind": "vq", "config": vq.config.to_dict(), "steps": p.vq_steps, "data_seed": DATA_SEED,
-                            "image_size": p.image_size, "metrics": {"psnr_db": psnr, "codes_used": int((usage > 1e-3).sum())},
+                            "image_size": p.image_size, "metrics": {"psnr_db": psnr, "codes_used": used},
                             "reproduce": _command()})
-    log.info("[vq] PSNR %.2f dB, %d codes in use", psnr, int((usage > 1e-3).sum()))
+    log.info("[vq] PSNR %.2f dB, %d codes in use", psnr, used)
     return vq
 
 
