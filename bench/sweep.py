@@ -1,0 +1,270 @@
+"""Sweep MuLo-SD's tau, k, l, w and LANTERN's delta; speed-up against quality, and the chosen defaults.
+
+    python -m bench.sweep [--samples N] [--quick] [--models embedded|tiny] [--device cpu]
+                          [--grid-experiment] [--out bench/results] [--threads T]
+
+Stages, each one process-internal run of `bench.compare.run_methods` with its own AR runs on the
+same classes and seeds (sample i: class i % NUM_CLASSES, seed i; methods interleaved per sample):
+
+  1. tau x k     tau in TAUS, k in KS (l, w at the preset defaults)
+  2. radius l    l in RADII with the chosen tau, k
+  3. window w    w in WINDOWS (parallel drafting window) with the chosen tau, k, l
+  4. LANTERN     delta in DELTAS (k = presets.LANTERN_K)
+  5. grid size   (--grid-experiment) AR and MuLo-SD at the chosen defaults with the target at other
+                 token grids (drafter at half). The embedded models are trained at ONE grid; the
+                 2D RoPE lets them run at others but their quality there is unknown and likely poor:
+                 rows at non-native grids are labelled "untrained grid" and are not a quality claim.
+
+Selection rule (applied in stages 1-4, against that stage's own AR runs):
+  a setting qualifies when its classifier accuracy >= AR accuracy - 0.03 (3 points) and its
+  Frechet distance (classifier features vs real samples) <= 1.15 x AR's FD (within 15%);
+  the chosen setting is the qualifying one with the highest wall-time speed-up over AR
+  (median AR s/image / median setting s/image). When no setting qualifies, the preset's current
+  value is kept and the output says so. Stages are chosen greedily (tau and k jointly, then l,
+  then w), each building on the earlier choices. With fewer than 2 samples FD is undefined and
+  only the accuracy condition applies.
+
+Writes <out>/sweep-<models>[-quick].json and .md and prints the chosen defaults (to be copied into
+mulosd_core/presets.py by whoever owns it). With --models tiny everything is random: the run
+only exercises the code path.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import math
+import os
+import sys
+import time
+import uuid
+from dataclasses import replace
+
+import torch
+
+from mulosd_core import presets as P
+from mulosd_core.engine import MethodConfig, VerifierConfig
+from mulosd_core.models.llamagen import LlamaGenModel
+
+from . import compare as C
+
+log = logging.getLogger("bench.sweep")
+
+TAUS = (0.05, 0.1, 0.2, 0.3, 0.45, 0.6)
+KS = (1, 4, 8, 16, 32)
+RADII = (0, 1, 2)
+WINDOWS = (1, 2, 4, 8)
+DELTAS = (0.05, 0.1, 0.2, 0.4)
+GRID_FACTORS = (1.0, 1.5, 2.0)
+QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), deltas=(0.1, 0.4))
+ACC_TOL = 0.03          # accuracy may drop at most 3 points below AR's
+FD_TOL = 0.15           # FD may be at most 15% above AR's
+RULE = (f"fastest setting (highest median-wall-time speed-up over AR of the same stage) whose classifier accuracy "
+        f">= AR accuracy - {ACC_TOL:.2f} and whose FD <= {1 + FD_TOL:.2f} x AR FD; if none qualifies the preset "
+        f"value is kept")
+
+
+def qualifies(row: dict, ar: dict, acc_tol: float = ACC_TOL, fd_tol: float = FD_TOL) -> bool:
+    """The quality side of the rule (accuracy within acc_tol of AR's, FD within fd_tol relative)."""
+    acc, ar_acc = row.get("accuracy"), ar.get("accuracy")
+    if acc is None or ar_acc is None or acc < ar_acc - acc_tol - 1e-12:
+        return False
+    fd, ar_fd = row.get("fd"), ar.get("fd")
+    if fd is None or ar_fd is None:      # undefined FD (too few samples): accuracy alone decides
+        return True
+    return fd <= ar_fd * (1 + fd_tol) + 1e-12
+
+
+def choose(rows: list[dict], ar: dict) -> dict | None:
+    """The qualifying row with the highest wall_ratio_vs_ar (None when none qualifies)."""
+    ok = [r for r in rows if qualifies(r, ar) and r.get("wall_ratio_vs_ar") is not None
+          and math.isfinite(r["wall_ratio_vs_ar"])]
+    return max(ok, key=lambda r: (r["wall_ratio_vs_ar"], -(r.get("target_calls") or 0))) if ok else None
+
+
+KEEP = ("target_calls", "drafter_calls", "tokens_per_target_call", "acceptance_rate", "resampled_fraction",
+        "wall_seconds_median", "wall_seconds_iqr", "wall_ratio_vs_ar", "wall_ratio_ci", "accuracy", "accuracy_ci",
+        "fd", "fd_ci", "nll", "nll_ci", "vs_ar")
+
+
+def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, MethodConfig, str]], samples: int,
+              batch: int, warmup: int, n_boot_fd: int, real, progress: bool) -> dict:
+    """settings: label -> (params, config, drafter kind). Returns {"ar": summary, "rows": [...]}."""
+    methods = {"ar": (MethodConfig(method="ar"), None)}
+    methods.update({label: (cfg, kind) for label, (_, cfg, kind) in settings.items()})
+    raw = C.run_methods(models, methods, samples, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:{name}")
+    summ = C.summarise(raw, methods, real, uuid.uuid4().hex, models.target.device, n_boot_fd=n_boot_fd)
+    ar = {k: summ["ar"][k] for k in KEEP}
+    rows = []
+    for label, (params, cfg, kind) in settings.items():
+        row = {"label": label, "params": params, **{k: summ[label][k] for k in KEEP}}
+        row["qualifies"] = qualifies(row, ar)
+        rows.append(row)
+    best = choose(rows, ar)
+    for r in rows:
+        r["chosen"] = best is not None and r["label"] == best["label"]
+    return {"ar": ar, "rows": rows, "chosen": best["label"] if best else None}
+
+
+def _mulo(tau: float, k: int, radius: int, window: int) -> MethodConfig:
+    base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius)
+    return replace(base, parallel_window=window)
+
+
+def _lantern(delta: float) -> MethodConfig:
+    return MethodConfig(verifier=VerifierConfig(rule="lantern", rejection="raster", lantern_delta=delta,
+                                                lantern_k=P.LANTERN_K), draft_len=4)
+
+
+def _at_grid(model: LlamaGenModel, grid: int, name: str) -> LlamaGenModel:
+    return LlamaGenModel(model.gpt, model.vq, grid * model.vq.downsample, name=name)
+
+
+def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
+          progress: bool = True) -> dict:
+    g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, deltas=DELTAS)
+    n_boot_fd = C.N_BOOT_FD_QUICK if quick else C.N_BOOT_FD
+    real = C.real_features(models, samples)
+    stages: dict[str, dict] = {}
+    cur = dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW)
+    kept: list[str] = []
+
+    def stage(name: str, settings: dict) -> dict | None:
+        t0 = time.perf_counter()
+        s = run_stage(name, models, settings, samples, batch, warmup, n_boot_fd, real, progress)
+        s["seconds"] = time.perf_counter() - t0
+        stages[name] = s
+        best = next((r for r in s["rows"] if r["chosen"]), None)
+        if best is None:
+            kept.append(name)
+        return best
+
+    best = stage("tau_k", {f"tau={t} k={k}": (dict(tau=t, k=k), _mulo(t, k, cur["radius"], cur["window"]), "low")
+                           for t in g["taus"] for k in g["ks"]})
+    if best:
+        cur.update(tau=best["params"]["tau"], k=best["params"]["k"])
+    best = stage("radius", {f"l={l}": (dict(radius=l), _mulo(cur["tau"], cur["k"], l, cur["window"]), "low")
+                            for l in g["radii"]})
+    if best:
+        cur.update(radius=best["params"]["radius"])
+    best = stage("window", {f"w={w}": (dict(window=w), _mulo(cur["tau"], cur["k"], cur["radius"], w), "low")
+                            for w in g["windows"]})
+    if best:
+        cur.update(window=best["params"]["window"])
+    delta = P.LANTERN_DELTA
+    best = stage("lantern", {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]})
+    if best:
+        delta = best["params"]["delta"]
+    grids = None
+    if grid_experiment:
+        grids = []
+        native = models.target.grid
+        for f in GRID_FACTORS:
+            gt = round(native * f / 2) * 2
+            m = dataclasses.replace(models, target=_at_grid(models.target, gt, f"target@{gt}"),
+                                    drafter=_at_grid(models.drafter, gt // 2, f"drafter@{gt // 2}"))
+            n = max(2, samples // 2)
+            methods = {"ar": (MethodConfig(method="ar"), None),
+                       "mulo_islands": (_mulo(cur["tau"], cur["k"], cur["radius"], cur["window"]), "low")}
+            t0 = time.perf_counter()
+            raw = C.run_methods(m, methods, n, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:grid{gt}")
+            summ = C.summarise(raw, methods, C.real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
+            grids.append({"grid": gt, "drafter_grid": gt // 2, "samples": n, "native": gt == native,
+                          "label": "trained grid" if gt == native else "untrained grid: quality unknown, not a claim",
+                          "seconds": time.perf_counter() - t0,
+                          **{meth: {k: summ[meth][k] for k in KEEP} for meth in methods}})
+    chosen = {"MULO_TAU": cur["tau"], "MULO_K": cur["k"], "MULO_RADIUS": cur["radius"], "MULO_WINDOW": cur["window"],
+              "LANTERN_DELTA": delta}
+    return {"stages": stages, "grid_experiment": grids, "chosen": chosen, "kept_preset_value_in": kept,
+            "preset_before": {"MULO_TAU": P.MULO_TAU, "MULO_K": P.MULO_K, "MULO_RADIUS": P.MULO_RADIUS,
+                              "MULO_WINDOW": P.MULO_WINDOW, "LANTERN_DELTA": P.LANTERN_DELTA}}
+
+
+def markdown(res: dict) -> str:
+    f, ci = C._f, C._ci
+    out = [f"# Sweep `{res['tag']}`", "", f"- command: `{res['command']}`", f"- date: {res['date']}",
+           f"- hardware: {res['hardware']['device_name']} ({res['hardware']['device']}), {res['hardware']['cpu_count']} "
+           f"CPUs, torch {res['hardware']['torch']}", f"- samples per setting: {res['samples']}", f"- rule: {res['rule']}", ""]
+    if not res["settings"]["quality_meaningful"]:
+        out += ["**Random models and classifier: quality columns are meaningless.**", ""]
+    for name, s in res["sweep"]["stages"].items():
+        ar = s["ar"]
+        out += [f"## {name} (AR: accuracy {f(ar['accuracy'], '{:.3f}')}, FD {f(ar['fd'])}, "
+                f"{f(ar['wall_seconds_median'], '{:.3f}')} s/image)", "",
+                "| setting | speed-up vs AR [CI] | target calls | acceptance | accuracy [CI] | FD [CI] | NLL | qualifies | chosen |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in s["rows"]:
+            out.append(f"| {r['label']} | {f(r['wall_ratio_vs_ar'], '{:.2f}')}x{ci(r['wall_ratio_ci'], '{:.2f}')} | "
+                       f"{f(r['target_calls'], '{:.1f}')} | {f(r['acceptance_rate'], '{:.2f}')} | "
+                       f"{f(r['accuracy'], '{:.3f}')}{ci(r['accuracy_ci'], '{:.3f}')} | {f(r['fd'])}{ci(r['fd_ci'])} | "
+                       f"{f(r['nll'], '{:.3f}')} | {'yes' if r['qualifies'] else 'no'} | {'**yes**' if r['chosen'] else ''} |")
+        out.append("")
+    if res["sweep"]["grid_experiment"]:
+        out += ["## Grid size (the models are trained at one grid; other grids run through 2D RoPE, quality unknown)", "",
+                "| target grid | label | AR s/image | MuLo-SD speed-up | MuLo-SD accuracy | AR accuracy | MuLo-SD target calls |",
+                "|---|---|---|---|---|---|---|"]
+        for g in res["sweep"]["grid_experiment"]:
+            out.append(f"| {g['grid']} | {g['label']} | {f(g['ar']['wall_seconds_median'], '{:.3f}')} | "
+                       f"{f(g['mulo_islands']['wall_ratio_vs_ar'], '{:.2f}')}x | {f(g['mulo_islands']['accuracy'], '{:.3f}')} | "
+                       f"{f(g['ar']['accuracy'], '{:.3f}')} | {f(g['mulo_islands']['target_calls'], '{:.1f}')} |")
+        out.append("")
+    ch = res["sweep"]["chosen"]
+    out += ["## Chosen defaults", "", "| constant | before | chosen |", "|---|---|---|"]
+    out += [f"| {k} | {res['sweep']['preset_before'][k]} | {v} |" for k, v in ch.items()]
+    if res["sweep"]["kept_preset_value_in"]:
+        out += ["", f"No setting qualified in: {', '.join(res['sweep']['kept_preset_value_in'])} (preset value kept)."]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=None, help="samples per setting (default 100, --quick 2)")
+    ap.add_argument("--quick", action="store_true", help="two values per parameter, 2 samples")
+    ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
+    ap.add_argument("--tiny-grid", type=int, default=4)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=sorted(C.DTYPES))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--grid-experiment", action="store_true", help="also run other target grids (untrained)")
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--tag", default=None, help="default sweep-<models>[-quick]")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tag = args.tag or f"sweep-{args.models}" + ("-quick" if args.quick else "")
+    samples = args.samples or (2 if args.quick else 100)
+    t0 = time.perf_counter()
+    models = C.load_models(args.models, args.device, C.DTYPES[args.dtype], tiny_grid=args.tiny_grid)
+    res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment, not args.no_progress)
+    device = torch.device(args.device)
+    res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
+           "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,
+           "hardware": C.hardware(device), "samples": samples, "rule": RULE,
+           "settings": {"models": args.models, "model_info": C.model_info(models), "dtype": args.dtype,
+                        "batch": args.batch, "warmup": args.warmup, "quick": args.quick, "sampling": C.SAMPLING.to_dict(),
+                        "grid": models.target.grid, "quality_meaningful": models.quality_meaningful,
+                        "seconds": time.perf_counter() - t0},
+           "sweep": res_sweep}
+    res = C._jsonable(res)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"{tag}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(args.out, f"{tag}.md"), "w") as f:
+        f.write(markdown(res))
+    print("rule: " + RULE)
+    print("chosen defaults: " + ", ".join(f"{k} = {v}" for k, v in res_sweep["chosen"].items()))
+    if res_sweep["kept_preset_value_in"]:
+        print("no setting qualified in: " + ", ".join(res_sweep["kept_preset_value_in"]) + " (preset value kept)")
+    print(f"wrote {path} (+ .md) in {time.perf_counter() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""`bench.compare --models tiny --quick` in-process: runs, passes its checks, writes the schema;
+`bench.report` puts its table into a README between the markers and touches nothing else."""
+import json
+
+import pytest
+import torch
+
+from bench import compare as C
+from bench import report as R
+
+TOP = {"command", "date", "hardware", "samples", "settings", "methods", "checks", "invocation"}
+PER_METHOD = {"target_calls", "drafter_calls", "tokens_per_target_call", "acceptance_rate", "resampled_fraction",
+              "wall_seconds_median", "wall_seconds_iqr", "wall_ratio_vs_ar", "wall_ratio_ci", "share_of_oracle",
+              "time_split", "peak_memory", "accuracy", "accuracy_ci", "fd", "fd_ci", "nll", "nll_ci"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    threads = torch.get_num_threads()
+    try:  # one thread: tiny models gain nothing from more, and a shared machine loses a lot
+        rc = C.main(["--models", "tiny", "--quick", "--samples", "2", "--out", str(out), "--no-progress",
+                     "--threads", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    return rc, out, json.loads((out / "cpu-tiny-quick.json").read_text())
+
+
+def test_quick_tiny_runs_and_passes_checks(quick_run):
+    rc, out, res = quick_run
+    assert rc == 0, res["checks"]
+    assert res["checks"] == {"passed": True, "failures": []}
+    for suffix in (".md", "-pareto-accuracy.png", "-pareto-fd.png", "-time-split.png", "-grid.png"):
+        assert (out / f"cpu-tiny-quick{suffix}").is_file(), suffix
+
+
+def test_quick_json_schema(quick_run):
+    _, _, res = quick_run
+    assert TOP <= set(res)
+    assert {"processor", "cpu_count", "torch", "device_name"} <= set(res["hardware"])
+    assert res["samples"] == 2 and res["settings"]["quality_meaningful"] is False
+    assert set(C.QUICK_METHODS) == set(res["methods"])
+    assert {"ar", "mulo_islands", "zipar", "sjd", "sd"} <= set(res["methods"])
+    for name, m in res["methods"].items():
+        assert PER_METHOD <= set(m), (name, PER_METHOD - set(m))
+        assert set(m["time_split"]) == set(C.TIME_PARTS)
+        assert m["peak_memory"]["kind"] == "cpu_max_rss_growth"
+        assert m["wall_seconds_median"] > 0 and m["wall_ratio_vs_ar"] > 0
+        assert len(m["runs"]["wall_seconds"]) == 2
+        assert m["ratio_reference"]["invocation"] == res["invocation"]
+        assert 0.0 <= m["accuracy"] <= 1.0 and m["nll"] > 0
+    assert res["methods"]["ar"]["wall_ratio_vs_ar"] == 1.0
+    assert res["methods"]["mulo_oracle"]["share_of_oracle"] == 1.0
+    assert res["methods"]["ar"]["acceptance_rate"] is None        # AR drafts nothing
+    assert res["methods"]["mulo_oracle"]["acceptance_rate"] == 1.0
+
+
+def test_report_fills_markers_and_keeps_the_rest(quick_run, tmp_path):
+    _, out, _ = quick_run
+    readme = tmp_path / "README.md"
+    original = "# Title\n\nIntro text.\n\n## Install\n\nsteps\n"
+    readme.write_text(original)
+    args = ["--results", str(out / "cpu-tiny-quick.json"), "--readme", str(readme), "--sweep", ""]
+    assert R.main(args) == 0
+    text = readme.read_text()
+    assert text.startswith(original)
+    assert text.count(R.START) == 1 and text.count(R.END) == 1 and "## Results" in text
+    body = text[text.index(R.START):text.index(R.END)]
+    assert "GPU figures are pending" in body and "different scale" in body and "| mulo_islands |" in body
+    assert "meaningless" in body and "1.40x LlamaGen-XL 512" in body
+    # regenerating replaces the block in place, and --check then agrees
+    readme.write_text(text + "\n## After\n\nkept\n")
+    assert R.main(args) == 0 and R.main(args + ["--check"]) == 0
+    again = readme.read_text()
+    assert again.count(R.START) == 1 and again.endswith("## After\n\nkept\n") and again.startswith(original)
