@@ -168,6 +168,7 @@ class _Speculative:
         self.tokens = torch.zeros(self.B, self.N, dtype=torch.long, device=dev)
         self.codes = torch.full((self.B, self.N), TARGET, dtype=torch.long, device=dev)
         self.d_cached = torch.full((self.B, drafter.num_tokens), -1, dtype=torch.long, device=drafter.device)
+        self.t_stale = self.N   # first target slot whose K/V a resample left stale (N: none)
         if self.v.rule == "mulo":
             self.nbr = cached_knn_table(target.codebook(), min(self.v.k_neighbours, target.vocab_size), include_self=True)
         elif self.v.rule == "lantern":
@@ -248,7 +249,9 @@ class _Speculative:
             parts.append(self.t_logits0[:, None])
             a = 1
         if hi > a:
-            parts.append(self.tr.feed(self.tokens[:, a - 1:hi - 1], self.tr.positions[a - 1:hi - 1]))
+            s = min(a - 1, self.t_stale)   # re-feed tokens whose K/V went stale (their logits are dropped)
+            parts.append(self.tr.feed(self.tokens[:, s:hi - 1], self.tr.positions[s:hi - 1])[:, a - 1 - s:])
+            self.t_stale = self.N
         return self.tr.probs(torch.cat(parts, 1))
 
     def _sample_at(self, probs: torch.Tensor, b: int, pos: list[int], base: int) -> None:
@@ -390,6 +393,9 @@ class _Speculative:
             for b, ps in per_b.items():
                 self._sample_at(probs, b, ps, lo)
             kv_ok = min(kv_ok, min(p for _, p in pos))
+        # Resampled tokens from kv_ok on were fed with their old values (and everything after them
+        # attended those): the next verify call must re-feed them before reading any logits.
+        self.t_stale = kv_ok
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor]:
         with self.stats.timer("verify"):

@@ -51,7 +51,10 @@ def resolution_ratio(target_grid: int, drafter_grid: int) -> int:
 def upsample_rows(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARModel, low: torch.Tensor,
                   rows: int, halo: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Low-res tokens [B, rows*s_q] (+ halo [B, s_q]) -> target tokens [B, rows*r*s_p]."""
-    r = target.grid // drafter.grid
+    r = resolution_ratio(target.grid, drafter.grid)   # raises on a non-integer ratio or a larger drafter grid
+    if cfg.ratio is not None and cfg.ratio != r:
+        raise ValueError(f"upsampler ratio {cfg.ratio} does not match the models: target grid {target.grid} / "
+                         f"drafter grid {drafter.grid} = {r}")
     if r == 1:
         return low
     band, n_rows = (low, rows) if halo is None else (torch.cat([halo, low], 1), rows + 1)
