@@ -6,7 +6,7 @@ which is exact for the PSD matrices a covariance produces and needs no complex c
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -3,7 +3,12 @@ import numpy as np
 import pytest
 import torch
 
-from mulosd_core.metrics import accuracy, bootstrap_ci, bootstrap_ci_pair, frechet_distance
+from mulosd_core.metrics import (
+    accuracy,
+    bootstrap_ci,
+    bootstrap_ci_pair,
+    frechet_distance,
+)
 
 
 def _exact_1d(mean, std, n=1000):

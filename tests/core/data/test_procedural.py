@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from mulosd_core.data import CLASS_NAMES, NUM_CLASSES, PatternDataset, make_batch, make_image
+from mulosd_core.data import (
+    CLASS_NAMES,
+    NUM_CLASSES,
+    PatternDataset,
+    make_batch,
+    make_image,
+)
 
 
 def test_class_list():
@@ -67,11 +73,15 @@ def test_dataset_resumable_and_balanced():
 
 
 def test_generation_speed():
+    """Goal: well under 50 ms per 64 images at 64 px (measured ~20 ms).
+
+    CPU time, not wall time, so other processes on a shared machine do not fail the test.
+    """
     ids = [i % NUM_CLASSES for i in range(64)]
     make_batch(ids, seed=0)  # warm the grid cache
     best = float("inf")
     for r in range(3):
-        t = time.perf_counter()
+        t = time.process_time()
         make_batch(ids, seed=r)
-        best = min(best, time.perf_counter() - t)
-    assert best < 0.05, f"64 images at 64 px took {best * 1000:.1f} ms"
+        best = min(best, time.process_time() - t)
+    assert best < 0.05, f"64 images at 64 px took {best * 1000:.1f} ms of CPU"

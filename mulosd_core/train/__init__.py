@@ -1,0 +1,1 @@
+"""Training of the embedded model family (procedural data, CPU-sized)."""
