@@ -1,0 +1,22 @@
+"""The MuLo-SD nodes for ComfyUI (V3 schema). The pack's root __init__.py registers them.
+
+    loaders.py     Load Target, Load Drafter          -> mulosd_core.models.registry
+    components.py  Upsampler, Local Verifier          -> mulosd_core.upsample / engine configs
+    samplers.py    MuLo-SD Sampler, AR Sampler        -> mulosd_core.engine.generate
+"""
+from __future__ import annotations
+
+from comfy_api.latest import ComfyExtension, io
+
+from .components import MuLoSDLocalVerifier, MuLoSDUpsampler
+from .loaders import MuLoSDLoadDrafter, MuLoSDLoadTarget
+from .samplers import MuLoSDARSampler, MuLoSDSampler
+
+NODES: list[type[io.ComfyNode]] = [
+    MuLoSDLoadTarget, MuLoSDLoadDrafter, MuLoSDUpsampler, MuLoSDLocalVerifier, MuLoSDSampler, MuLoSDARSampler,
+]
+
+
+class MuLoSDExtension(ComfyExtension):
+    async def get_node_list(self) -> list[type[io.ComfyNode]]:
+        return list(NODES)

@@ -1,0 +1,195 @@
+"""Load Drafter / Load Target: a LlamaGen GPT file + its VQ tokenizer -> MULOSD_MODEL.
+
+Files are listed from ComfyUI's model folder "mulosd" (ComfyUI/models/mulosd, any
+`mulosd:` entry of extra_model_paths.yaml) plus the pack's own models/ folder, whose
+embedded/ family is the default. Loading the same file with the same settings again
+reuses the loaded model.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections import OrderedDict
+
+import comfy.model_management
+import folder_paths
+import torch
+from comfy_api.latest import io
+
+from mulosd_core.models import registry
+from mulosd_core.models.checkpoints import CheckpointError  # noqa: F401  (passes through unchanged)
+
+from .types import ModelHandle, MulosdModel
+
+log = logging.getLogger("mulosd.nodes")
+
+FOLDER = "mulosd"
+EMBEDDED_DIR = registry.EMBEDDED_DIR            # <pack>/models/embedded
+DEVICES = ["auto", "cpu", "cuda", "mps"]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CACHE_SIZE = 4
+_models: OrderedDict[tuple, registry.LlamaGenModel] = OrderedDict()
+_vqs: dict[tuple, registry.VQModel] = {}
+
+
+def register_model_folders() -> None:
+    """Append (never replace) our folders, so extra_model_paths.yaml entries keep working."""
+    folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir, FOLDER), is_default=False)
+    folder_paths.add_model_folder_path(FOLDER, os.path.dirname(EMBEDDED_DIR), is_default=False)
+    folder_paths.folder_names_and_paths[FOLDER][1].update(folder_paths.supported_pt_extensions)
+
+
+register_model_folders()  # at import: ComfyUI 0.3.75 never calls ComfyExtension.on_load
+
+
+def model_files() -> list[str]:
+    return folder_paths.get_filename_list(FOLDER)
+
+
+def gpt_files() -> list[str]:
+    return [f for f in model_files() if not os.path.basename(f).lower().startswith("vq")]
+
+
+def _is_embedded(path: str) -> bool:
+    return os.path.dirname(os.path.realpath(path)) == os.path.realpath(EMBEDDED_DIR)
+
+
+def _stamp(path: str) -> tuple:
+    st = os.stat(path)
+    return os.path.realpath(path), st.st_mtime_ns, st.st_size
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return comfy.model_management.get_torch_device()
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: expected a device torch can use; 'cuda' was chosen but torch sees no CUDA GPU (pick auto or cpu)")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device: expected a device torch can use; 'mps' was chosen but this machine has no Apple GPU (pick auto or cpu)")
+    if name not in DEVICES:
+        raise ValueError(f"device: expected one of {DEVICES}, got {name!r}")
+    return torch.device(name)
+
+
+def resolve_vq(gpt_name: str, gpt_path: str, vq_name: str) -> str:
+    if vq_name != "auto":
+        return folder_paths.get_full_path_or_raise(FOLDER, vq_name)
+    if _is_embedded(gpt_path):
+        return os.path.join(EMBEDDED_DIR, registry.EMBEDDED_MEMBERS["vq"])
+    raise ValueError(f"vq_name: 'auto' only knows the tokenizer of the embedded models; choose the VQ tokenizer file of "
+                     f"{gpt_name} (LlamaGen: vq_ds16_c2i.pt for c2i models, vq_ds16_t2i.pt for t2i models)")
+
+
+def resolve_image_size(gpt_name: str, gpt_path: str, image_size: int) -> int:
+    """0 = the size the file records (our safetensors), else the number ending the file name (c2i_XL_384.pt)."""
+    if image_size:
+        return image_size
+    size = registry.stored_image_size(gpt_path)
+    if size is None:
+        m = re.search(r"_(\d{2,4})\.[a-z]+$", os.path.basename(gpt_name))
+        size = int(m.group(1)) if m else None
+    if size is None:
+        raise ValueError(f"image_size: {gpt_name} does not record the image size it generates at; set image_size (e.g. 256, 384, 512)")
+    return size
+
+
+def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str) -> ModelHandle:
+    """The cached load behind both loader nodes."""
+    gpt_path = folder_paths.get_full_path_or_raise(FOLDER, gpt_name)
+    vq_path = resolve_vq(gpt_name, gpt_path, vq_name)
+    size = resolve_image_size(gpt_name, gpt_path, image_size)
+    dev = resolve_device(device)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {dtype!r}")
+    key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype)
+    model = _models.get(key)
+    if model is None:
+        vq_key = (_stamp(vq_path), str(dev))
+        if vq_key not in _vqs:
+            _vqs[vq_key] = registry.load_vq(vq_path, device=dev)
+        name = os.path.splitext(gpt_name.replace("\\", "/"))[0]
+        model = registry.load_model(gpt_path, vq_path, size, DTYPES[dtype], dev, name=name, vq=_vqs[vq_key])
+        _models[key] = model
+        while len(_models) > CACHE_SIZE:
+            _models.popitem(last=False)
+        used = {id(m.vq) for m in _models.values()}
+        for k in [k for k, v in _vqs.items() if id(v) not in used]:
+            del _vqs[k]
+        log.info("MuLo-SD: loaded %s (%d px, grid %d) on %s", gpt_name, size, model.grid, dev)
+    _models.move_to_end(key)
+    return ModelHandle(model, gpt_name, gpt_path, vq_path)
+
+
+def loader_inputs(default: str, role: str) -> list:
+    return [
+        io.Combo.Input("model_name", options=gpt_files(), default=default,
+                       tooltip=f"The {role}'s LlamaGen GPT weights (.safetensors or .pt), from ComfyUI/models/mulosd or the "
+                               "pack's models/ folder; embedded/* are the small models shipped with the pack."),
+        io.Combo.Input("vq_name", options=["auto"] + model_files(), default="auto",
+                       tooltip="The VQ tokenizer the GPT was trained with. auto = the embedded tokenizer (embedded models only); "
+                               "LlamaGen files need theirs, e.g. vq_ds16_c2i.pt or vq_ds16_t2i.pt."),
+        io.Int.Input("image_size", default=0, min=0, max=4096, step=16,
+                     tooltip="Image size in pixels to generate at; the token grid is image_size / the tokenizer's downsampling. "
+                             "0 = the size the file records (or the number ending its name, e.g. c2i_XL_384.pt)."),
+        io.Combo.Input("device", options=DEVICES, default="auto",
+                       tooltip="Where the model runs; auto = ComfyUI's compute device (honours --cpu)."),
+        io.Combo.Input("dtype", options=list(DTYPES), default="float32",
+                       tooltip="Weight precision of the GPT (the VQ tokenizer stays float32); bfloat16/float16 halve memory on GPUs."),
+    ]
+
+
+def check_names(model_name, vq_name) -> bool | str:
+    """ComfyUI 0.3.75 does not check V3 combo values itself: name the missing file before anything runs."""
+    files = model_files()
+    if model_name is not None and model_name not in files:
+        return (f"model_name: expected one of the {len(files)} files in the mulosd model folders "
+                f"{folder_paths.get_folder_paths(FOLDER)}, got {model_name!r}")
+    if vq_name is not None and vq_name != "auto" and vq_name not in files:
+        return f"vq_name: expected 'auto' or a file in the mulosd model folders, got {vq_name!r}"
+    return True
+
+
+class MuLoSDLoadTarget(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="MuLoSDLoadTarget", display_name="Load Target", category="MuLo-SD/loaders",
+            description="Loads the target model: the high-resolution autoregressive model whose samples MuLo-SD "
+                        "reproduces. It verifies the drafter's proposals and resamples what it rejects.",
+            inputs=loader_inputs("embedded/target.safetensors", "target"),
+            outputs=[MulosdModel.Output("target", display_name="target",
+                                        tooltip="The loaded target model (GPT + VQ tokenizer at the chosen image size).")],
+        )
+
+    @classmethod
+    def validate_inputs(cls, model_name, vq_name) -> bool | str:
+        return check_names(model_name, vq_name)
+
+    @classmethod
+    def execute(cls, model_name, vq_name, image_size, device, dtype) -> io.NodeOutput:
+        handle = load(model_name, vq_name, image_size, device, dtype)
+        return io.NodeOutput(handle, ui={"text": [handle.description]})
+
+
+class MuLoSDLoadDrafter(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="MuLoSDLoadDrafter", display_name="Load Drafter", category="MuLo-SD/loaders",
+            description="Loads the drafter: a cheaper model sharing the target's VQ tokenizer. A lower-resolution drafter "
+                        "(embedded/drafter) is MuLo-SD's multi-scale case; a same-resolution one (embedded/sd_drafter) "
+                        "gives classic speculative decoding and LANTERN.",
+            inputs=loader_inputs("embedded/drafter.safetensors", "drafter"),
+            outputs=[MulosdModel.Output("drafter", display_name="drafter",
+                                        tooltip="The loaded drafter model (GPT + VQ tokenizer at the chosen image size).")],
+        )
+
+    @classmethod
+    def validate_inputs(cls, model_name, vq_name) -> bool | str:
+        return check_names(model_name, vq_name)
+
+    @classmethod
+    def execute(cls, model_name, vq_name, image_size, device, dtype) -> io.NodeOutput:
+        handle = load(model_name, vq_name, image_size, device, dtype)
+        return io.NodeOutput(handle, ui={"text": [handle.description]})

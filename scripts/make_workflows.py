@@ -1,0 +1,246 @@
+"""Write the example graphs in both formats from one description, so the two never drift.
+
+    python scripts/make_workflows.py          # write workflows/*.json and workflows/api/*.json
+    python scripts/make_workflows.py --check  # exit 1 if the files differ from what it would write
+
+UI format (workflows/*.json, drag-and-drop / template browser) and API format
+(workflows/api/*.json, POST /prompt) come from the same Graph below. Widget order and
+socket types come from the nodes' own schemas (imported with the installed ComfyUI:
+MULOSD_COMFYUI or ~/.cache/mulosd/comfyui), so the UI files match what the frontend
+expects. Preview images (workflows/<name>.png) are screenshots written by
+tests/integration/test_browser.py when MULOSD_UPDATE_PREVIEWS=1.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "workflows"
+WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+
+# Core ComfyUI nodes the graphs use: (inputs [(name, type, is_widget)], outputs [(name, type)])
+CORE = {
+    "SaveImage": ([("images", "IMAGE", False), ("filename_prefix", "STRING", True)], []),
+    "PreviewImage": ([("images", "IMAGE", False)], []),
+    "PreviewAny": ([("source", "*", False)], []),
+}
+EMBEDDED_SAMPLING = dict(cfg=2.0, temperature=1.0, top_k=0, top_p=1.0)   # mulosd_core.demo.DEMO_SAMPLING
+C2I_SAMPLING = dict(cfg=4.0, temperature=1.0, top_k=2000, top_p=1.0)     # LlamaGen sample_c2i defaults
+T2I_SAMPLING = dict(cfg=7.5, temperature=1.0, top_k=1000, top_p=1.0)     # LlamaGen sample_t2i defaults
+
+
+def import_nodes():
+    """The pack's nodes package with the installed ComfyUI's comfy_api (as tests/nodes/conftest.py does)."""
+    comfy = Path(os.environ.get("MULOSD_COMFYUI") or Path.home() / ".cache" / "mulosd" / "comfyui").expanduser()
+    if not (comfy / "comfy_api").is_dir():
+        sys.exit(f"No ComfyUI at {comfy}; install it with bash scripts/setup_comfyui.sh or set MULOSD_COMFYUI")
+    for p in (str(comfy), str(ROOT)):
+        if p not in sys.path:
+            sys.path.insert(0 if p == str(comfy) else len(sys.path), p)
+    import torch
+    from comfy.cli_args import args
+    if not torch.cuda.is_available():
+        args.cpu = True
+    if "mulosd_pack" not in sys.modules:
+        pkg = types.ModuleType("mulosd_pack")
+        pkg.__path__ = [str(ROOT)]
+        sys.modules["mulosd_pack"] = pkg
+    return importlib.import_module("mulosd_pack.nodes")
+
+
+def node_specs() -> dict:
+    """class_type -> (inputs [(name, type, is_widget, control_after_generate)], outputs [(name, type)])."""
+    specs = {k: ([(n, t, w, False) for n, t, w in ins], outs) for k, (ins, outs) in CORE.items()}
+    for cls in import_nodes().NODES:
+        info = cls.GET_NODE_INFO_V1()
+        ins = []
+        for section in ("required", "optional"):
+            for name in info["input_order"].get(section, []):
+                t, opts = info["input"][section][name]
+                t = "COMBO" if isinstance(t, list) else str(t)
+                ins.append((name, t, t in WIDGET_TYPES and not opts.get("forceInput"), bool(opts.get("control_after_generate"))))
+        specs[info["name"]] = (ins, list(zip(info["output_name"], map(str, info["output"]))))
+    return specs
+
+
+@dataclass
+class Node:
+    id: int
+    type: str
+    pos: tuple[int, int]
+    values: dict = field(default_factory=dict)   # widget name -> value, or input name -> (Node, output slot)
+    title: str | None = None
+
+    def __getitem__(self, slot: int) -> tuple[Node, int]:
+        return self, slot
+
+
+class Graph:
+    def __init__(self, name: str, note: str) -> None:
+        self.name, self.note, self.nodes = name, note, []
+
+    def add(self, type_: str, pos: tuple[int, int], title: str | None = None, **values) -> Node:
+        node = Node(len(self.nodes) + 1, type_, pos, values, title)
+        self.nodes.append(node)
+        return node
+
+    # -- API format ---------------------------------------------------------------------
+    def api(self) -> dict:
+        out = {}
+        for n in self.nodes:
+            inputs = {k: ([str(v[0].id), v[1]] if isinstance(v, tuple) else v) for k, v in n.values.items()}
+            out[str(n.id)] = {"class_type": n.type, "inputs": inputs, "_meta": {"title": n.title or n.type}}
+        return out
+
+    # -- UI format ------------------------------------------------------------------------
+    def ui(self, specs: dict) -> dict:
+        links, ui_nodes = [], []
+        out_links: dict[tuple[int, int], list[int]] = {}
+        for n in self.nodes:
+            ins, _ = specs[n.type]
+            unknown = set(n.values) - {name for name, *_ in ins}
+            if unknown:
+                raise ValueError(f"{self.name}: {n.type} has no inputs {sorted(unknown)}")
+            for slot, (name, t, widget, _) in enumerate([i for i in ins if not i[2]]):
+                if name in n.values:
+                    src, src_slot = n.values[name]
+                    link_id = len(links) + 1
+                    links.append([link_id, src.id, src_slot, n.id, slot, specs[src.type][1][src_slot][1]])
+                    out_links.setdefault((src.id, src_slot), []).append(link_id)
+        link_of = {(l[3], l[4]): l[0] for l in links}
+        for order, n in enumerate(self.nodes):
+            ins, outs = specs[n.type]
+            sockets = [i for i in ins if not i[2]]
+            widgets = []
+            for name, t, widget, control in ins:
+                if widget:
+                    if name not in n.values:
+                        raise ValueError(f"{self.name}: {n.type} needs a value for {name}")
+                    widgets.append(n.values[name])
+                    if control:
+                        widgets.append("fixed")
+            node = {
+                "id": n.id, "type": n.type, "pos": list(n.pos), "size": [300, 46 + 24 * (len(widgets) + max(len(sockets), len(outs)))],
+                "flags": {}, "order": order, "mode": 0,
+                "inputs": [{"name": name, "type": t, "link": link_of.get((n.id, slot))} for slot, (name, t, *_) in enumerate(sockets)],
+                "outputs": [{"name": name, "type": t, "links": out_links.get((n.id, slot), []), "slot_index": slot}
+                            for slot, (name, t) in enumerate(outs)],
+                "properties": {"Node name for S&R": n.type},
+                "widgets_values": widgets,
+            }
+            if n.title:
+                node["title"] = n.title
+            ui_nodes.append(node)
+        return {"last_node_id": len(self.nodes), "last_link_id": len(links), "nodes": ui_nodes, "links": links,
+                "groups": [], "config": {}, "extra": {"ds": {"scale": 0.62, "offset": [30, 40]}, "mulosd_note": self.note},
+                "version": 0.4}
+
+
+# ---------------------------------------------------------------------------- the graphs
+LOADER = dict(image_size=0, device="auto", dtype="float32")
+VERIFIER = dict(rule="mulo", tau=0.3, k_neighbours=8, expansion_radius=1, rejection="local", resampling="islands",
+                lantern_delta=0.1)
+MULO = dict(parallel_window=2, rows_per_step=2, draft_length=4)
+
+
+def outputs(g: Graph, sampler: Node, x: int, y: int, prefix: str, maps: bool = True) -> None:
+    g.add("SaveImage", (x, y), f"{prefix} images", images=sampler[0], filename_prefix=f"MuLoSD/{prefix}")
+    if maps:
+        g.add("PreviewImage", (x + 320, y), f"{prefix} acceptance map", images=sampler[1])
+    g.add("PreviewAny", (x, y + 300), f"{prefix} statistics", source=sampler[2])
+
+
+def embedded_vs_ar() -> Graph:
+    g = Graph("mulosd_embedded_vs_ar", "MuLo-SD and plain AR on the embedded models, same class and seed.")
+    target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/target.safetensors", vq_name="auto", **LOADER)
+    drafter = g.add("MuLoSDLoadDrafter", (0, 260), model_name="embedded/drafter.safetensors", vq_name="auto", **LOADER)
+    up = g.add("MuLoSDUpsampler", (0, 520), kind="pixel", ratio=0, filter="bicubic")
+    ver = g.add("MuLoSDLocalVerifier", (0, 700), **VERIFIER)
+    common = dict(class_id=2, seed=0, **EMBEDDED_SAMPLING)
+    mulo = g.add("MuLoSDSampler", (360, 0), drafter=drafter[0], target=target[0], upsampler=up[0], verifier=ver[0],
+                 **common, **MULO, batch_size=4)
+    ar = g.add("MuLoSDARSampler", (360, 560), target=target[0], **common, batch_size=4, mode="ar", zipar_window=8, sjd_window=16)
+    outputs(g, mulo, 720, 0, "mulo")
+    outputs(g, ar, 720, 560, "ar", maps=False)
+    return g
+
+
+def ablation() -> Graph:
+    g = Graph("mulosd_ablation", "MuLo-SD with one part switched off at a time: pooling (k = 1), local expansion "
+                                 "(raster rejection), on the embedded models.")
+    target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/target.safetensors", vq_name="auto", **LOADER)
+    drafter = g.add("MuLoSDLoadDrafter", (0, 260), model_name="embedded/drafter.safetensors", vq_name="auto", **LOADER)
+    common = dict(class_id=9, seed=0, **EMBEDDED_SAMPLING, **MULO, batch_size=2)
+    variants = [("full", VERIFIER), ("no_pooling", VERIFIER | {"k_neighbours": 1}), ("raster", VERIFIER | {"rejection": "raster"})]
+    for row, (name, settings) in enumerate(variants):
+        y = row * 560
+        ver = g.add("MuLoSDLocalVerifier", (360, y), f"verifier: {name}", **settings)
+        s = g.add("MuLoSDSampler", (720, y), f"MuLo-SD: {name}", drafter=drafter[0], target=target[0], verifier=ver[0], **common)
+        outputs(g, s, 1080, y, name)
+    return g
+
+
+def llamagen(name: str, note: str, drafter: tuple, target: tuple, vq: str, sampling: dict, class_id: int) -> Graph:
+    g = Graph(name, note)
+    t = g.add("MuLoSDLoadTarget", (0, 0), model_name=target[0], vq_name=vq, image_size=target[1], device="auto", dtype="bfloat16")
+    d = g.add("MuLoSDLoadDrafter", (0, 260), model_name=drafter[0], vq_name=vq, image_size=drafter[1], device="auto", dtype="bfloat16")
+    up = g.add("MuLoSDUpsampler", (0, 520), kind="pixel", ratio=2, filter="bicubic")
+    ver = g.add("MuLoSDLocalVerifier", (0, 700), **VERIFIER)
+    common = dict(class_id=class_id, seed=0, **sampling)
+    mulo = g.add("MuLoSDSampler", (360, 0), drafter=d[0], target=t[0], upsampler=up[0], verifier=ver[0], **common, **MULO, batch_size=1)
+    ar = g.add("MuLoSDARSampler", (360, 560), target=t[0], **common, batch_size=1, mode="ar", zipar_window=8, sjd_window=16)
+    outputs(g, mulo, 720, 0, "mulo")
+    outputs(g, ar, 720, 560, "ar", maps=False)
+    return g
+
+
+def graphs() -> list[Graph]:
+    return [
+        embedded_vs_ar(),
+        ablation(),
+        llamagen("llamagen_t2i_256_to_512", "LlamaGen t2i XL: the 256 px stage-1 model drafts for the 512 px stage-2 model "
+                 "(r = 2). Needs the text path (caption conditioning), which the nodes do not have yet.",
+                 ("t2i_XL_stage1_256.pt", 256), ("t2i_XL_stage2_512.pt", 512), "vq_ds16_t2i.pt", T2I_SAMPLING, 0),
+        llamagen("llamagen_c2i", "LlamaGen c2i: c2i_L_256 drafts at 192 px (12x12 tokens) for c2i_XL_384 at 384 px "
+                 "(24x24), r = 2. Class 207 = golden retriever.",
+                 ("c2i_L_256.pt", 192), ("c2i_XL_384.pt", 384), "vq_ds16_c2i.pt", C2I_SAMPLING, 207),
+    ]
+
+
+def render() -> dict[Path, str]:
+    specs = node_specs()
+    files = {}
+    for g in graphs():
+        files[OUT / f"{g.name}.json"] = json.dumps(g.ui(specs), indent=1) + "\n"
+        files[OUT / "api" / f"{g.name}.json"] = json.dumps(g.api(), indent=1) + "\n"
+    return files
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare with the files instead of writing them")
+    a = ap.parse_args()
+    stale = []
+    for path, text in render().items():
+        if a.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path.relative_to(ROOT)))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        print("out of date (run python scripts/make_workflows.py): " + ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

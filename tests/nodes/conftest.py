@@ -1,0 +1,95 @@
+"""Unit tests of the nodes against the real ComfyUI code (no server, no mocks).
+
+ComfyUI's `comfy_api`, `comfy` and `folder_paths` come from the installed ComfyUI
+(MULOSD_COMFYUI or ~/.cache/mulosd/comfyui, made by scripts/setup_comfyui.sh). The
+pack's `nodes` package is imported as `mulosd_pack.nodes` without running the root
+__init__.py (a package module whose path is the repo root), as ComfyUI imports it
+from custom_nodes/ under its own name. Tiny random LlamaGen models are written to a
+temporary model folder registered with folder_paths, as a user's files would be.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+COMFYUI = Path(os.environ.get("MULOSD_COMFYUI") or Path.home() / ".cache" / "mulosd" / "comfyui").expanduser()
+
+
+def _import_pack():
+    if not (COMFYUI / "comfy_api").is_dir():
+        msg = f"No ComfyUI at {COMFYUI}: install it with bash scripts/setup_comfyui.sh (or run bash scripts/test.sh)"
+        if os.environ.get("MULOSD_SKIP_INTEGRATION") == "1":
+            pytest.skip(msg + " [MULOSD_SKIP_INTEGRATION=1]", allow_module_level=True)
+        pytest.fail(msg, pytrace=False)
+    if str(COMFYUI) not in sys.path:
+        sys.path.insert(0, str(COMFYUI))
+    from comfy.cli_args import args
+    if not torch.cuda.is_available():
+        args.cpu = True  # as the test server runs (--cpu); comfy.model_management reads it at import
+    if "mulosd_pack" not in sys.modules:
+        pkg = types.ModuleType("mulosd_pack")
+        pkg.__path__ = [str(ROOT)]
+        sys.modules["mulosd_pack"] = pkg
+    return importlib.import_module("mulosd_pack.nodes")
+
+
+@pytest.fixture(scope="session")
+def pack():
+    return _import_pack()
+
+
+def _save_family(folder: Path) -> dict:
+    """A tiny c2i family: target grid 8 (32 px), drafter grid 4 (16 px), same-res drafter, shared VQ."""
+    from mulosd_core.models.checkpoints import save_safetensors
+    from mulosd_core.testing import tiny_gpt, tiny_vq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vq = tiny_vq(seed=1000, codebook_size=64, downsample=4)
+    save_safetensors(vq.state_dict(), str(folder / "vq.safetensors"), {"mulosd_config": vq.config.to_dict(), "kind": "vq"})
+    for name, grid, seed in (("target", 8, 0), ("drafter", 4, 1), ("sd_drafter", 8, 2)):
+        gpt = tiny_gpt(seed, vocab_size=64, num_classes=10)
+        meta = {"mulosd_config": {**gpt.config.to_dict(), "image_size": grid * 4}, "kind": "gpt"}
+        save_safetensors(gpt.state_dict(), str(folder / f"{name}.safetensors"), meta)
+    return {"vq": folder / "vq.safetensors"}
+
+
+@pytest.fixture(scope="session")
+def tiny_models(pack, tmp_path_factory):
+    """The pack's embedded folder pointed at a tiny family (<tmp>/models/embedded/*), plus a user folder.
+
+    Returns the user folder (registered under "mulosd"), which holds `c2i_tiny_32.pt` (a
+    flat torch state dict: no head count, no image size) and `vq_other.safetensors`, a
+    tokenizer with a different codebook.
+    """
+    import folder_paths
+
+    from mulosd_core.models.checkpoints import save_safetensors
+    from mulosd_core.testing import tiny_gpt, tiny_vq
+
+    loaders = importlib.import_module("mulosd_pack.nodes.loaders")
+    base = tmp_path_factory.mktemp("mulosd-models")
+    _save_family(base / "models" / "embedded")
+    user = base / "user"
+    user.mkdir()
+    torch.save(tiny_gpt(5, vocab_size=64, num_classes=10).state_dict(), user / "c2i_tiny_32.pt")
+    other = tiny_vq(seed=77, codebook_size=64, downsample=4)
+    save_safetensors(other.state_dict(), str(user / "vq_other.safetensors"), {"mulosd_config": other.config.to_dict()})
+    old_embedded = loaders.EMBEDDED_DIR
+    paths = folder_paths.folder_names_and_paths[loaders.FOLDER][0]
+    shipped = os.path.dirname(old_embedded)
+    paths.remove(shipped)  # the real embedded models (if trained) would shadow the tiny ones
+    loaders.EMBEDDED_DIR = str(base / "models" / "embedded")
+    loaders.register_model_folders()
+    folder_paths.add_model_folder_path(loaders.FOLDER, str(user))
+    yield user
+    loaders.EMBEDDED_DIR = old_embedded
+    for p in (str(user), str(base / "models")):
+        paths.remove(p)
+    paths.append(shipped)
