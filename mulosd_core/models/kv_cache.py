@@ -22,6 +22,8 @@ class KVCache:
         self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
         self.max_len = max_len
         self.batch = batch
+        self._causal: torch.Tensor | None = None  # [L, L] key j visible to query p iff j <= p (built on first use)
+        self._all_own_valid = True  # every written slot is valid, so "own slot" adds nothing to the mask
 
     def mark(self, positions: torch.Tensor, key_valid: torch.Tensor | None = None) -> None:
         """Mark slots at `positions` as written (or set them to `key_valid` [B, S])."""
@@ -29,21 +31,33 @@ class KVCache:
             self.valid[:, positions] = True
         else:
             self.valid[:, positions] = key_valid
+            self._all_own_valid = False
 
     def truncate(self, length: int) -> None:
         """Forget every slot at sequence position >= length (contents stay, masked out)."""
         self.valid[:, length:] = False
 
     def attention_mask(self, positions: torch.Tensor) -> torch.Tensor:
-        """Boolean mask [B, 1, S, L]: key j visible to the query at p iff j <= p and valid (or j == p)."""
+        """Boolean mask [B, 1, S, L]: key j visible to the query at p iff j <= p and valid (or j == p).
+
+        Call it after `mark(positions, ...)` (forward_embeddings does): while no slot was ever marked
+        invalid, a query's own slot is valid already and the mask is one row lookup of a cached
+        causal table and one AND (the decode loop's per-step cost).
+        """
+        if self._causal is None or self._causal.device != self.valid.device:
+            self._causal = torch.ones(self.max_len, self.max_len, dtype=torch.bool, device=self.valid.device).tril_()
+        causal = self._causal[positions]  # [S, L]
+        if self._all_own_valid:
+            # no slot was ever written invalid (no masked caption padding): own slots are valid already
+            return (causal[None] & self.valid[:, None, :])[:, None]
         keys = torch.arange(self.max_len, device=positions.device)
-        causal = keys[None, :] <= positions[:, None]  # [S, L]
         own = keys[None, :] == positions[:, None]
         return (causal[None] & (self.valid[:, None, :] | own[None]))[:, None]
 
     def reset(self) -> None:
         """Make the cache empty again (used after an interrupted run) without reallocating."""
         self.valid.zero_()
+        self._all_own_valid = True
         for t in self.k + self.v:
             t.zero_()
 

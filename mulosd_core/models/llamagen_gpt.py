@@ -110,10 +110,12 @@ class Attention(nn.Module):
                 cache: Optional[tuple[torch.Tensor, torch.Tensor]], positions: Optional[torch.Tensor]) -> torch.Tensor:
         b, s, _ = x.shape
         kv_dim = self.n_kv * self.head_dim
-        q, k, v = self.wqkv(x).split([self.dim, kv_dim, kv_dim], dim=-1)
-        q = apply_rope(q.view(b, s, self.n_head, self.head_dim), rope).transpose(1, 2)
-        k = apply_rope(k.view(b, s, self.n_kv, self.head_dim), rope).transpose(1, 2)
-        v = v.view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
+        qkv = self.wqkv(x)
+        # q and k are the first n_head + n_kv heads of the fused projection: rotate them in one go
+        qk = apply_rope(qkv[..., : self.dim + kv_dim].view(b, s, self.n_head + self.n_kv, self.head_dim), rope)
+        q = qk[:, :, : self.n_head].transpose(1, 2)
+        k = qk[:, :, self.n_head:].transpose(1, 2)
+        v = qkv[..., self.dim + kv_dim:].view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
         if cache is not None:
             k_cache, v_cache = cache
             k_cache[:b, :, positions] = k
