@@ -83,8 +83,8 @@ QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_isl
 QUICK_SAMPLES = 4
 ORACLE = "mulo_oracle"
 GRID_METHOD = "mulo_islands"       # the image grid shows AR vs this
-# The demo's sampling (mulosd_core.demo.DEMO_SAMPLING): CFG 2, temperature 1, no top-k/top-p.
-SAMPLING = SamplingConfig(cfg_scale=2.0, temperature=1.0, top_k=0, top_p=1.0)
+# The demo's sampling (mulosd_core.demo.DEMO_SAMPLING):
+SAMPLING = SamplingConfig()  # the samplers' defaults (LlamaGen c2i: cfg 4.0, temperature 1, no top-k/top-p)
 REAL_SEED = 20_240_601             # real reference samples for the Frechet distance
 WARMUP_SEED = 10_000
 NLL_FLOOR = 1e-12

@@ -24,7 +24,7 @@ from .models.registry import load_embedded
 from .presets import method_presets
 from .sampling import SamplingConfig
 
-DEMO_SAMPLING = SamplingConfig(cfg_scale=2.0, temperature=1.0, top_k=0, top_p=1.0)
+DEMO_SAMPLING = SamplingConfig()  # LlamaGen c2i defaults: cfg 4.0, temperature 1, no top-k/top-p
 
 
 def to_grid(images: torch.Tensor, size: int) -> np.ndarray:

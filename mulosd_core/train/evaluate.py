@@ -1,0 +1,119 @@
+"""Evaluate the embedded family and write models/embedded/metrics.json (and the model cards' metrics).
+
+    python -m mulosd_core.train.evaluate [--samples 600] [--models models/embedded]
+
+Reports VQ reconstruction PSNR, classifier accuracy on fresh real samples, and for AR
+samples of the target (64 px) and of the low-res drafter (decoded at its own 32 px):
+accuracy against the requested class, Frechet distance in classifier features to real
+samples, and the mean per-token NLL under the model that sampled them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+from ..ar import generate_ar
+from ..data.procedural import NUM_CLASSES, make_batch
+from ..metrics import accuracy, bootstrap_ci, frechet_distance
+from ..models.registry import load_model
+from ..sampling import SamplingConfig, cfg_combine, process_logits
+from .classifier import load_classifier
+from .family import vq_psnr
+
+log = logging.getLogger("mulosd.evaluate")
+EVAL_SAMPLING = SamplingConfig()  # the samplers' defaults (LlamaGen c2i: cfg 4.0)
+REAL_SEED = 424242
+
+
+@torch.no_grad()
+def token_nll(model, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """Mean per-token NLL [B] of token grids under the model's sampling distribution (CFG etc. applied)."""
+    logits = model.gpt(tokens, labels.to(model.device), model.grid)
+    if sampling.uses_cfg:
+        null = model.gpt(tokens, model.gpt.null_condition(len(labels), model.device), model.grid)
+        logits = cfg_combine(torch.cat([logits, null]), sampling.cfg_scale)
+    p = process_logits(logits, sampling).gather(-1, tokens[..., None])[..., 0]
+    return -(p.clamp_min(1e-12).log()).mean(1)
+
+
+@torch.no_grad()
+def sample_quality(model, classifier, labels: torch.Tensor, sampling: SamplingConfig, real_feats: np.ndarray,
+                   batch: int = 50) -> dict:
+    preds, feats, nll = [], [], []
+    for i in range(0, len(labels), batch):
+        lab = labels[i:i + batch]
+        res = generate_ar(model, lab, sampling, seed=i)
+        logits = classifier(res.images)
+        preds.append(logits.argmax(1))
+        feats.append(classifier.features(res.images))
+        nll.append(token_nll(model, res.tokens, lab, sampling))
+    correct = (torch.cat(preds) == labels).float().numpy()
+    f = torch.cat(feats).numpy()
+    n = torch.cat(nll).numpy()
+    return {"accuracy": float(correct.mean()), "accuracy_ci": list(bootstrap_ci(correct)),
+            "fd": frechet_distance(f, real_feats), "nll": float(n.mean()), "nll_ci": list(bootstrap_ci(n))}
+
+
+def evaluate(models: str, samples: int, device: str = "cpu") -> dict:
+    t0 = time.perf_counter()
+    target = load_model(os.path.join(models, "target.safetensors"), os.path.join(models, "vq.safetensors"), device=device)
+    drafter = load_model(os.path.join(models, "drafter.safetensors"), "", device=device, vq=target.vq)
+    sd = load_model(os.path.join(models, "sd_drafter.safetensors"), "", device=device, vq=target.vq)
+    classifier = load_classifier(os.path.join(models, "classifier.safetensors"), device=device).eval()
+    load_seconds = time.perf_counter() - t0
+    labels = torch.arange(samples) % NUM_CLASSES
+    with torch.no_grad():
+        real = make_batch(labels, REAL_SEED, target.image_size).to(device)
+        real_logits = torch.cat([classifier(real[i:i + 100]) for i in range(0, samples, 100)])
+        real_feats = torch.cat([classifier.features(real[i:i + 100]) for i in range(0, samples, 100)]).numpy()
+    out = {
+        "samples": samples,
+        "sampling": EVAL_SAMPLING.to_dict(),
+        "real_accuracy": accuracy(real_logits, labels),
+        "vq_psnr_db": vq_psnr(target.vq, min(samples, 240), target.image_size, device),
+        "load_seconds": load_seconds,
+    }
+    log.info("real accuracy %.4f, VQ PSNR %.2f dB, load %.2fs", out["real_accuracy"], out["vq_psnr_db"], load_seconds)
+    for name, model in (("target", target), ("drafter", drafter), ("sd_drafter", sd)):
+        q = sample_quality(model, classifier, labels, EVAL_SAMPLING, real_feats)
+        log.info("%s AR samples: accuracy %.4f, FD %.3f, NLL %.3f", name, q["accuracy"], q["fd"], q["nll"])
+        out[f"{name}_ar_accuracy"] = q["accuracy"]
+        out[f"{name}_ar"] = q
+    out["command"] = "python -m mulosd_core.train.evaluate " + " ".join(sys.argv[1:])
+    out["total_seconds"] = time.perf_counter() - t0
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="models/embedded")
+    ap.add_argument("--samples", type=int, default=600)
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    metrics = evaluate(args.models, args.samples, args.device)
+    with open(os.path.join(args.models, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2, sort_keys=True)
+    for name in ("target", "drafter", "sd_drafter", "vq"):
+        card_path = os.path.join(args.models, f"{name}.json")
+        if os.path.exists(card_path):
+            card = json.load(open(card_path))
+            card.setdefault("metrics", {})
+            if name == "vq":
+                card["metrics"]["psnr_db"] = metrics["vq_psnr_db"]
+            else:
+                card["metrics"].update({k: v for k, v in metrics[f"{name}_ar"].items()})
+            card["metrics"]["evaluated_by"] = metrics["command"]
+            json.dump(card, open(card_path, "w"), indent=2, sort_keys=True)
+    print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
