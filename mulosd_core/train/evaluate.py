@@ -61,7 +61,7 @@ def sample_quality(model, classifier, labels: torch.Tensor, sampling: SamplingCo
             "fd": frechet_distance(f, real_feats), "nll": float(n.mean()), "nll_ci": list(bootstrap_ci(n))}
 
 
-def evaluate(models: str, samples: int, device: str = "cpu") -> dict:
+def evaluate(models: str, samples: int, device: str = "cpu", command: str = "") -> dict:
     t0 = time.perf_counter()
     target = load_model(os.path.join(models, "target.safetensors"), os.path.join(models, "vq.safetensors"), device=device)
     drafter = load_model(os.path.join(models, "drafter.safetensors"), "", device=device, vq=target.vq)
@@ -86,7 +86,7 @@ def evaluate(models: str, samples: int, device: str = "cpu") -> dict:
         log.info("%s AR samples: accuracy %.4f, FD %.3f, NLL %.3f", name, q["accuracy"], q["fd"], q["nll"])
         out[f"{name}_ar_accuracy"] = q["accuracy"]
         out[f"{name}_ar"] = q
-    out["command"] = "python -m mulosd_core.train.evaluate " + " ".join(sys.argv[1:])
+    out["command"] = command
     out["total_seconds"] = time.perf_counter() - t0
     return out
 
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    metrics = evaluate(args.models, args.samples, args.device)
+    argv = sys.argv[1:] if argv is None else argv
+    metrics = evaluate(args.models, args.samples, args.device, " ".join(["python -m mulosd_core.train.evaluate", *argv]))
     with open(os.path.join(args.models, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
     for name in ("target", "drafter", "sd_drafter", "vq"):
