@@ -1,5 +1,6 @@
 """Every node's schema: literal pack-prefixed ids, one category root, tooltips everywhere."""
 import asyncio
+import concurrent.futures
 import re
 from pathlib import Path
 
@@ -22,7 +23,10 @@ def schemas(pack):
 
 
 def test_extension_lists_every_node(pack):
-    nodes = asyncio.run(pack.MuLoSDExtension().get_node_list())
+    # in a worker thread: Playwright's sync API (browser tests earlier in the session) can leave an
+    # event loop running in the main thread, where asyncio.run refuses to start
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        nodes = pool.submit(asyncio.run, pack.MuLoSDExtension().get_node_list()).result()
     assert {cls.GET_SCHEMA().node_id for cls in nodes} == set(EXPECTED)
 
 
