@@ -69,7 +69,7 @@ class ComfyServer:
       queue(prompt, client_id=None) -> (status_code, json)
       wait(prompt_id, timeout=120) -> history entry (dict with "outputs", "status")
       run(prompt, timeout=120) -> history entry (queue, expect 200, wait)
-      interrupt()
+      interrupt(prompt_id=None), cancel(prompt_id)
       websocket() -> WsListener (context manager) for executing/progress/executed messages
       view(image) -> bytes of an output image ({"filename", "subfolder", "type"})
       log_text() -> the server's stdout+stderr so far
@@ -225,8 +225,9 @@ class ComfyServer:
             if not self.alive():
                 raise ComfyServerError(f"ComfyUI died while running {prompt_id}.\n" + self.log_tail())
             if time.monotonic() > deadline:
-                raise ComfyServerError(f"prompt {prompt_id} did not finish within {timeout:.0f} s.\n"
-                                       + self.log_tail())
+                self.cancel(prompt_id)  # so that it does not hold up the next test's prompts
+                raise ComfyServerError(f"prompt {prompt_id} did not finish within {timeout:.0f} s "
+                                       "(cancelled).\n" + self.log_tail())
             time.sleep(poll)
 
     def run(self, prompt: dict, timeout: float = 120.0) -> dict:
@@ -235,8 +236,17 @@ class ComfyServer:
             raise AssertionError(f"POST /prompt answered {status}: {json.dumps(body, indent=1)[:4000]}")
         return self.wait(body["prompt_id"], timeout)
 
-    def interrupt(self) -> None:
-        self.post("/interrupt").raise_for_status()
+    def interrupt(self, prompt_id: str | None = None) -> None:
+        """Stop the running prompt (only if it is `prompt_id`, when given)."""
+        self.post("/interrupt", json={"prompt_id": prompt_id} if prompt_id else None).raise_for_status()
+
+    def cancel(self, prompt_id: str) -> None:
+        """Best effort: drop the prompt from the queue, or interrupt it if it is running."""
+        try:
+            self.post("/queue", json={"delete": [prompt_id]})
+            self.interrupt(prompt_id)
+        except requests.RequestException:
+            pass
 
     def view(self, image: dict) -> bytes:
         r = self.get("/view", params={"filename": image["filename"], "subfolder": image.get("subfolder", ""),

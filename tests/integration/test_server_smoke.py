@@ -16,3 +16,25 @@ def test_pack_imported_without_failure(comfy_server):
     log = comfy_server.log_text()
     # ComfyUI parses the pack's pyproject.toml ([tool.comfy]) at import; it must parse.
     assert "Unable to parse pyproject.toml" not in log, comfy_server.log_tail()
+
+
+def test_client_runs_a_core_prompt(comfy_server):
+    """The client's queue/wait/view and websocket helpers on a prompt of core nodes only."""
+    prompt = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 255}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "smoke"}},
+    }
+    with comfy_server.websocket() as ws:
+        status, body = comfy_server.queue(prompt, client_id=ws.client_id)
+        assert status == 200 and body["node_errors"] == {}, body
+        messages = ws.collect(body["prompt_id"], timeout=120)
+    assert messages[-1]["type"] == "execution_success"
+    entry = comfy_server.wait(body["prompt_id"], timeout=60)
+    assert entry["status"]["status_str"] == "success"
+    image = entry["outputs"]["2"]["images"][0]
+    assert comfy_server.view(image)[:8] == b"\x89PNG\r\n\x1a\n"
+
+    status, body = comfy_server.queue({"1": {"class_type": "NoSuchNode", "inputs": {}}})
+    assert status == 400, body
+    comfy_server.cancel("not-a-prompt")  # harmless on unknown ids
+    comfy_server.interrupt()
