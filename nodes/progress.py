@@ -32,7 +32,7 @@ class StepProgress:
         comfy.model_management.throw_exception_if_processing_interrupted()
         image = None
         now = time.perf_counter()
-        if self.preview and done != self.last_done and 0 < done < total and now - self.since >= self.preview_cost:
+        if self.preview and done != self.last_done and done > 0 and now - self.since >= self.preview_cost:
             image = self.render(done, tokens)
             self.since = time.perf_counter()
             self.preview_cost = self.since - now

@@ -177,10 +177,10 @@ def ablation() -> Graph:
                                  "(raster rejection), on the embedded models.")
     target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/target.safetensors", vq_name="auto", **LOADER)
     drafter = g.add("MuLoSDLoadDrafter", (0, 260), model_name="embedded/drafter.safetensors", vq_name="auto", **LOADER)
-    common = dict(class_id=9, seed=0, **EMBEDDED_SAMPLING, **MULO, batch_size=2)
+    common = dict(class_id=3, seed=0, **EMBEDDED_SAMPLING, **MULO, batch_size=1)
     variants = [("full", VERIFIER), ("no_pooling", VERIFIER | {"k_neighbours": 1}), ("raster", VERIFIER | {"rejection": "raster"})]
     for row, (name, settings) in enumerate(variants):
-        y = row * 560
+        y = row * 470
         ver = g.add("MuLoSDLocalVerifier", (360, y), f"verifier: {name}", **settings)
         s = g.add("MuLoSDSampler", (720, y), f"MuLo-SD: {name}", drafter=drafter[0], target=target[0], verifier=ver[0], **common)
         outputs(g, s, 1080, y, name)

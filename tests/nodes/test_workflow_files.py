@@ -1,0 +1,31 @@
+"""workflows/*.json and workflows/api/*.json are what scripts/make_workflows.py writes."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("make_workflows", ROOT / "scripts" / "make_workflows.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_workflows"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_workflow_files_are_current(pack):
+    files = load_script().render()
+    stale = [str(p.relative_to(ROOT)) for p, text in files.items() if not p.exists() or p.read_text() != text]
+    assert stale == [], "run: python scripts/make_workflows.py"
+    on_disk = set((ROOT / "workflows").glob("*.json")) | set((ROOT / "workflows" / "api").glob("*.json"))
+    assert on_disk == set(files), "workflow files that the script does not write"
+
+
+def test_graphs_use_only_known_node_types(pack):
+    script = load_script()
+    known = set(script.CORE) | {cls.GET_SCHEMA().node_id for cls in pack.NODES}
+    for path in (ROOT / "workflows" / "api").glob("*.json"):
+        types = {n["class_type"] for n in json.loads(path.read_text()).values()}
+        assert types <= known, path.name
