@@ -2,9 +2,9 @@
 
 Each graph loads through app.loadGraphData with every node type known and converts
 (app.graphToPrompt) to its API twin. The embedded comparison is then run from the page
-and its screenshot, outputs shown, is kept: artifacts/workflow_<name>.png and
-docs/images/workflow_embedded.png (the README picture). MULOSD_UPDATE_PREVIEWS=1 also
-refreshes the template browser's previews, workflows/<name>.png.
+and its screenshot, outputs shown, is kept in artifacts/workflow_<name>.png.
+MULOSD_UPDATE_PREVIEWS=1 also refreshes the tracked pictures: the README's
+docs/images/workflow_embedded.png and the template browser's workflows/<name>.png.
 """
 from __future__ import annotations
 
@@ -127,5 +127,6 @@ def test_embedded_workflow_runs_from_the_page(browser, comfy_server):
     page.wait_for_timeout(1500)
     path = screenshot(page, EMBEDDED)
     page.close()
-    README_IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, README_IMAGE)
+    if os.environ.get("MULOSD_UPDATE_PREVIEWS") == "1":  # tracked files change only when asked
+        README_IMAGE.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, README_IMAGE)

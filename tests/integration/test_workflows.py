@@ -190,7 +190,7 @@ def test_interrupt_stops_a_run_and_the_next_run_succeeds(comfy_server):
         else:
             pytest.fail("the AR sampler never reported progress")
         t0 = time.monotonic()
-        comfy_server.interrupt()
+        comfy_server.interrupt(pid)
         rest = ws.collect(pid, timeout=60)
         stopped = time.monotonic() - t0
     assert rest[-1]["type"] == "execution_interrupted", [m["type"] for m in rest]
