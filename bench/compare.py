@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mulosd_core.data.procedural import CLASS_NAMES, NUM_CLASSES, make_batch
+from mulosd_core.data.procedural import CLASS_NAMES, GPT_VARIATION, NUM_CLASSES, make_batch
 from mulosd_core.engine import MethodConfig, generate
 from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair
 from mulosd_core.presets import method_presets
@@ -361,7 +361,7 @@ def real_features(models: Models, samples: int) -> np.ndarray:
     with torch.inference_mode():
         dev = next(models.classifier.parameters()).device
         for s in range(0, samples, 256):
-            imgs = make_batch(classes[s:s + 256], REAL_SEED + s, size=models.target.image_size)
+            imgs = make_batch(classes[s:s + 256], REAL_SEED + s, size=models.target.image_size, variation=GPT_VARIATION)
             feats.append(models.classifier.features(imgs.to(dev)).float().cpu().numpy())
     return np.concatenate(feats)
 

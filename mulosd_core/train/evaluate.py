@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..ar import generate_ar
-from ..data.procedural import NUM_CLASSES, make_batch
+from ..data.procedural import GPT_VARIATION, NUM_CLASSES, make_batch
 from ..metrics import accuracy, bootstrap_ci, frechet_distance
 from ..models.registry import load_model
 from ..sampling import SamplingConfig, cfg_combine, process_logits
@@ -70,7 +70,7 @@ def evaluate(models: str, samples: int, device: str = "cpu", command: str = "") 
     load_seconds = time.perf_counter() - t0
     labels = torch.arange(samples) % NUM_CLASSES
     with torch.no_grad():
-        real = make_batch(labels, REAL_SEED, target.image_size).to(device)
+        real = make_batch(labels, REAL_SEED, target.image_size, GPT_VARIATION).to(device)
         real_logits = torch.cat([classifier(real[i:i + 100]) for i in range(0, samples, 100)])
         real_feats = torch.cat([classifier.features(real[i:i + 100]) for i in range(0, samples, 100)]).numpy()
     out = {

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..data.procedural import NUM_CLASSES, CLASS_NAMES, make_keyed_batch
+from ..data.procedural import GPT_VARIATION, NUM_CLASSES, CLASS_NAMES, make_keyed_batch
 from ..imageops import resize
 from ..models.checkpoints import save_safetensors
 from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
@@ -55,11 +55,11 @@ class Preset:
     vq_lr: float = 2e-3
     vq_ae_fraction: float = 0.6   # share of VQ steps spent as a plain autoencoder before quantising
     classifier_steps: int | None = None
-    pool: int = 24000
+    pool: int = 36000
     gpts: list[GPTStage] = field(default_factory=lambda: [
-        GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=3000, batch=16),
-        GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=2400, batch=32),
-        GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=800, batch=16),
+        GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=9000, batch=16),
+        GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=6000, batch=32),
+        GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=2000, batch=16),
     ])
 
 
@@ -263,14 +263,18 @@ def vq_psnr(vq: VQModel, n: int, size: int, device: str, seed: int = 777) -> flo
 # ------------------------------------------------------------------------------------- GPTs
 @torch.no_grad()
 def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, torch.Tensor]:
-    """Encode a fixed, class-balanced image pool once at both grids; shared by every GPT stage."""
+    """Encode a fixed, class-balanced image pool once at both grids; shared by every GPT stage.
+
+    The GPTs learn the grid-aligned variation of the data (`GPT_VARIATION`); the tokenizer
+    and the classifier were trained on the wider one that contains it.
+    """
     path = work / "token_pool.pt"
     if path.exists():
         return torch.load(path, map_location="cpu", weights_only=True)
     labels = torch.arange(p.pool) % NUM_CLASSES
     full, low = [], []
     for i in range(0, p.pool, 256):
-        images = make_keyed_batch(labels[i:i + 256], (DATA_SEED, 2, i), p.image_size).to(device)
+        images = make_keyed_batch(labels[i:i + 256], (DATA_SEED, 2, i), p.image_size, GPT_VARIATION).to(device)
         full.append(vq.encode(images).cpu())
         low.append(vq.encode(resize(images, p.image_size // 2, "area")).cpu())
         if i % 4096 == 0:
@@ -325,7 +329,8 @@ def _done(out: Path, name: str) -> bool:
     return (out / f"{name}.safetensors").exists() and (out / f"{name}.json").exists()
 
 
-def train_family(preset: str, out: str, work: str, device: str) -> None:
+def train_family(preset: str, out: str, work: str, device: str, stages: list[str] | None = None) -> None:
+    """Train every missing member in order; `stages` limits the GPT stages (to run them in parallel processes)."""
     from ..models.registry import load_vq
     from .classifier import train_classifier
 
@@ -340,14 +345,18 @@ def train_family(preset: str, out: str, work: str, device: str) -> None:
         train_classifier(steps=p.classifier_steps, seed=DATA_SEED, device=device, out_path=str(out_p / "classifier.safetensors"))
     log.info("classifier ready after %.0fs", time.perf_counter() - t0)
     pool = None
+    unknown = set(stages or ()) - {s.name for s in p.gpts}
+    if unknown:
+        raise ValueError(f"--stages: unknown stage(s) {sorted(unknown)}; expected some of {[s.name for s in p.gpts]}")
     for stage in p.gpts:
-        if _done(out_p, stage.name):
+        if _done(out_p, stage.name) or (stages and stage.name not in stages):
             continue
         pool = pool or token_pool(vq, p, work_p, device)
         train_gpt(stage, p, pool, out_p, work_p, device)
         log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
     (out_p / "family.json").write_text(json.dumps({
         "preset": preset, "classes": CLASS_NAMES, "image_size": p.image_size, "vq_downsample": p.vq.downsample,
+        "gpt_data_variation": GPT_VARIATION,
         "members": {"vq": "vq.safetensors", "classifier": "classifier.safetensors",
                     **{s.name: f"{s.name}.safetensors" for s in p.gpts}},
         "reproduce": _command()}, indent=2))
@@ -361,11 +370,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="models/embedded")
     ap.add_argument("--work", default="outputs/train", help="resume state and the encoded token pool")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    ap.add_argument("--stages", default="", help="comma-separated GPT stages to train (default: all)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.threads:
         torch.set_num_threads(args.threads)
-    train_family(args.preset, args.out, args.work, args.device)
+    stages = [s for s in args.stages.split(",") if s]
+    train_family(args.preset, args.out, args.work, args.device, stages or None)
 
 
 if __name__ == "__main__":
