@@ -2,7 +2,9 @@
 
 Files are listed from ComfyUI's model folder "mulosd" (ComfyUI/models/mulosd, any
 `mulosd:` entry of extra_model_paths.yaml) plus the pack's own models/ folder, whose
-embedded/ family is the default. Loading the same file with the same settings again
+embedded/ family is the default. Official LlamaGen .pt files load as released (weights
+nested under "model", "module" or "state_dict", or flat); the loader's text output says
+what was found: family, c2i/t2i, size, image size, grid and VQ. Loading the same file with the same settings again
 reuses the loaded model.
 """
 from __future__ import annotations
@@ -44,7 +46,17 @@ register_model_folders()  # at import: ComfyUI 0.3.75 never calls ComfyExtension
 
 
 def model_files() -> list[str]:
-    return folder_paths.get_filename_list(FOLDER)
+    """Weights files in the mulosd folders, less those inside a transformers model folder (one with a
+    config.json, e.g. a FLAN-T5 text encoder kept there): those are not LlamaGen GPT or VQ files."""
+    files = folder_paths.get_filename_list(FOLDER)
+    bases = folder_paths.get_folder_paths(FOLDER)
+    return [f for f in files if not (os.path.dirname(f) and
+                                     any(_in_model_folder(base, os.path.dirname(f)) for base in bases))]
+
+
+def _in_model_folder(base: str, rel_dir: str) -> bool:
+    parts = rel_dir.replace("\\", "/").split("/")
+    return any(os.path.isfile(os.path.join(base, *parts[:i], "config.json")) for i in range(1, len(parts) + 1))
 
 
 def gpt_files() -> list[str]:

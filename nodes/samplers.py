@@ -1,13 +1,15 @@
-"""MuLo-SD Sampler and AR Sampler: class-conditional generation through mulosd_core.engine.
+"""MuLo-SD Sampler and AR Sampler: generation through mulosd_core.engine.
 
-Both return images, acceptance maps and a statistics string (JSON):
+Class-to-image (c2i) targets take `class_id`; text-to-image (t2i) targets take the
+`conditioning` of a MuLo-SD Text Prompt node (caption features + mask, repeated for the
+batch). Both return images, acceptance maps and a statistics string (JSON):
 
     method, batch, tokens (grid^2 per image), target_calls, drafter_calls, drafted,
     accepted, resampled, steps, largest_island (per step), seconds {total, draft, verify,
     ...}, peak_memory_bytes, tokens_per_target_call, acceptance_rate, resampled_fraction
     (mulosd_core.stats.RunStats), plus sampler, target, drafter, ratio, grid, image_size,
-    class_id, seed, sampling {cfg_scale, temperature, top_k, top_p} and config (the
-    engine's MethodConfig).
+    class_id (c2i) or prompt (t2i), seed, sampling {cfg_scale, temperature, top_k, top_p}
+    and config (the engine's MethodConfig).
 
 Map colours: green accepted draft, red rejected, yellow resampled neighbour, blue
 sampled by the target alone.
@@ -15,6 +17,7 @@ sampled by the target alone.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import comfy.model_management
 import torch
@@ -27,7 +30,7 @@ from mulosd_core.sampling import SamplingConfig
 from mulosd_core.upsample import UpsamplerConfig, resolution_ratio
 
 from .progress import StepProgress
-from .types import ModelHandle, MulosdModel, MulosdUpsampler, MulosdVerifier
+from .types import Conditioning, ModelHandle, MulosdConditioning, MulosdModel, MulosdUpsampler, MulosdVerifier
 
 MAX_SEED = 0xFFFFFFFFFFFFFFFF
 
@@ -37,7 +40,7 @@ def sampling_inputs() -> list:
     return [
         io.Int.Input("class_id", default=0, min=0, max=100_000,
                      tooltip="The class to draw (class-conditional models); must be below the target's class count "
-                             "(embedded models: 0-9, ImageNet models: 0-999)."),
+                             "(embedded models: 0-9, ImageNet models: 0-999). Ignored by text-to-image models."),
         io.Int.Input("seed", default=0, min=0, max=MAX_SEED, control_after_generate=True,
                      tooltip="Random seed; image b of a batch uses seed + b, so batches reproduce single runs."),
         io.Float.Input("cfg", default=d.cfg_scale, min=0.0, max=30.0, step=0.1,
@@ -51,6 +54,11 @@ def sampling_inputs() -> list:
     ]
 
 
+CONDITIONING_INPUT = MulosdConditioning.Input(
+    "conditioning", optional=True,
+    tooltip="Text-to-image (t2i) targets only: the prompt from a MuLo-SD Text Prompt node, repeated for the batch. "
+            "Leave it unconnected for class-conditional targets, which use class_id.")
+
 OUTPUTS = [
     io.Image.Output("images", display_name="images", tooltip="The generated images, [B, H, W, 3] in 0..1."),
     io.Image.Output("acceptance_maps", display_name="acceptance_maps",
@@ -62,14 +70,54 @@ OUTPUTS = [
 ]
 
 
-def class_ids(target: ModelHandle, class_id: int, batch_size: int) -> torch.Tensor:
+@dataclass(frozen=True)
+class Request:
+    """What both samplers parse from their common inputs: condition, caption mask, sampling settings."""
+
+    cond: torch.Tensor               # class ids [B] (c2i) or caption features [B, T, C] (t2i)
+    mask: torch.Tensor | None     # caption mask [B, T] (t2i), else None
+    sampling: SamplingConfig
+    info: dict                       # class_id / prompt / seed, for the statistics
+
+
+def check_caption(model: ModelHandle, conditioning: Conditioning, role: str) -> None:
+    """The caption features must have the length and width the t2i GPT was trained on (120 x 2048 for LlamaGen)."""
+    m = model.model
+    want = (m.cond_len, m.gpt.config.caption_dim)
+    got = tuple(conditioning.features.shape[1:])
+    if got != want:
+        raise ValueError(f"conditioning: {role} {model.name} expects {want[0]} caption tokens of width {want[1]} "
+                         f"(LlamaGen t2i: FLAN-T5-XL, 120 x 2048), got {got[0]} x {got[1]} from text encoder "
+                         f"{conditioning.encoder}")
+
+
+def condition(target: ModelHandle, conditioning: Conditioning | None, class_id: int,
+              batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+    """c2i: class ids from class_id; t2i: the caption repeated batch_size times. Mismatches are errors."""
     m = target.model
-    if m.model_type != "c2i":
-        raise ValueError(f"target: expected a class-conditional (c2i) model, got {target.name}, a {m.model_type} model; "
-                         "text-to-image needs caption conditioning, which these nodes do not provide yet")
-    if not 0 <= class_id < m.num_classes:
-        raise ValueError(f"class_id: expected 0..{m.num_classes - 1} ({target.name} has {m.num_classes} classes), got {class_id}")
-    return torch.full((batch_size,), class_id, dtype=torch.long)
+    if m.model_type == "c2i":
+        if conditioning is not None:
+            raise ValueError(f"conditioning: expected nothing for {target.name}, a class-conditional (c2i) model that "
+                             f"takes class_id; got the caption {conditioning.prompt!r} (disconnect the text prompt)")
+        if not 0 <= class_id < m.num_classes:
+            raise ValueError(f"class_id: expected 0..{m.num_classes - 1} ({target.name} has {m.num_classes} classes), "
+                             f"got {class_id}")
+        return torch.full((batch_size,), class_id, dtype=torch.long), None, {"class_id": class_id, "prompt": None}
+    if m.model_type == "t2i":
+        if conditioning is None:
+            raise ValueError(f"conditioning: expected a caption for {target.name}, a text-to-image (t2i) model; got "
+                             "nothing (connect Load Text Encoder -> MuLo-SD Text Prompt -> conditioning)")
+        check_caption(target, conditioning, "target")
+        features, mask = conditioning.batch(batch_size)
+        return features, mask, {"class_id": None, "prompt": conditioning.prompt}
+    raise ValueError(f"target: expected a c2i or t2i model, got {target.name}, a {m.model_type} model")
+
+
+def parse_request(target: ModelHandle, conditioning: Conditioning | None, class_id: int, seed: int, batch_size: int,
+                  cfg: float, temperature: float, top_k: int, top_p: float) -> Request:
+    cond, mask, info = condition(target, conditioning, class_id, batch_size)
+    sampling = SamplingConfig(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
+    return Request(cond, mask, sampling, {**info, "seed": seed})
 
 
 def to_image(x: torch.Tensor) -> torch.Tensor:
@@ -77,11 +125,15 @@ def to_image(x: torch.Tensor) -> torch.Tensor:
     return x.float().clamp(0, 1).permute(0, 2, 3, 1).contiguous().to(comfy.model_management.intermediate_device())
 
 
-def outputs(result, target: ModelHandle, info: dict, method: MethodConfig, sampling: SamplingConfig) -> io.NodeOutput:
+def run(target: ModelHandle, req: Request, method: MethodConfig, info: dict,
+        drafter: ModelHandle | None = None) -> io.NodeOutput:
+    """generate() with the node's progress bar, then images, enlarged acceptance maps and statistics."""
     m = target.model
+    result = generate(m, req.cond, req.sampling, method, drafter.model if drafter else None, seed=req.info["seed"],
+                      mask=req.mask, progress=StepProgress(m))
     maps = F.interpolate(result.maps.float(), size=tuple(result.images.shape[-2:]), mode="nearest")
-    stats = {**result.stats.to_dict(), **info, "grid": m.grid, "image_size": m.image_size,
-             "sampling": sampling.to_dict(), "config": method.to_dict()}
+    stats = {**result.stats.to_dict(), **info, **req.info, "grid": m.grid, "image_size": m.image_size,
+             "sampling": req.sampling.to_dict(), "config": method.to_dict()}
     return io.NodeOutput(to_image(result.images), to_image(maps), json.dumps(stats, indent=1))
 
 
@@ -101,6 +153,7 @@ class MuLoSDSampler(io.ComfyNode):
                                       tooltip="Upsampler settings; unconnected = pixel route with a bicubic filter."),
                 MulosdVerifier.Input("verifier", optional=True,
                                      tooltip="Local Verifier settings; unconnected = MuLo-SD's shipped defaults."),
+                CONDITIONING_INPUT,
                 *sampling_inputs(),
                 io.Int.Input("parallel_window", default=presets.MULO_WINDOW, min=0, max=64,
                              tooltip="Low-resolution drafter only: ZipAR-style parallel drafting, the next row starts "
@@ -116,10 +169,9 @@ class MuLoSDSampler(io.ComfyNode):
 
     @classmethod
     def execute(cls, drafter: ModelHandle, target: ModelHandle, class_id, seed, cfg, temperature, top_k, top_p,
-                parallel_window, rows_per_step, draft_length, batch_size,
-                upsampler: UpsamplerConfig | None = None, verifier: VerifierConfig | None = None) -> io.NodeOutput:
-        cond = class_ids(target, class_id, batch_size)
-        sampling = SamplingConfig(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
+                parallel_window, rows_per_step, draft_length, batch_size, upsampler: UpsamplerConfig | None = None,
+                verifier: VerifierConfig | None = None, conditioning: Conditioning | None = None) -> io.NodeOutput:
+        req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
         try:
             r = resolution_ratio(target.model.grid, drafter.model.grid)
         except ValueError as e:
@@ -131,9 +183,10 @@ class MuLoSDSampler(io.ComfyNode):
             check_pair(target.model, drafter.model, method)
         except ValueError as e:
             raise ValueError(f"drafter/target: {e}") from None
-        result = generate(target.model, cond, sampling, method, drafter.model, seed=seed, progress=StepProgress(target.model))
-        info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name, "ratio": r, "class_id": class_id, "seed": seed}
-        return outputs(result, target, info, method, sampling)
+        if conditioning is not None:
+            check_caption(drafter, conditioning, "drafter")
+        info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name, "ratio": r}
+        return run(target, req, method, info, drafter)
 
 
 class MuLoSDARSampler(io.ComfyNode):
@@ -146,6 +199,7 @@ class MuLoSDARSampler(io.ComfyNode):
                         "measured against.",
             inputs=[
                 MulosdModel.Input("target", tooltip="The model to sample (Load Target)."),
+                CONDITIONING_INPUT,
                 *sampling_inputs(),
                 io.Int.Input("batch_size", default=1, min=1, max=64, tooltip="Images per run (image b uses seed + b)."),
                 io.Combo.Input("mode", options=["ar", "zipar", "sjd"], default="ar",
@@ -161,10 +215,8 @@ class MuLoSDARSampler(io.ComfyNode):
 
     @classmethod
     def execute(cls, target: ModelHandle, class_id, seed, cfg, temperature, top_k, top_p, batch_size, mode,
-                zipar_window, sjd_window) -> io.NodeOutput:
-        cond = class_ids(target, class_id, batch_size)
-        sampling = SamplingConfig(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
+                zipar_window, sjd_window, conditioning: Conditioning | None = None) -> io.NodeOutput:
+        req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
         method = MethodConfig(method=mode, zipar_window=zipar_window, sjd_window=sjd_window)
-        result = generate(target.model, cond, sampling, method, seed=seed, progress=StepProgress(target.model))
-        info = {"sampler": "AR", "target": target.name, "drafter": None, "ratio": None, "class_id": class_id, "seed": seed}
-        return outputs(result, target, info, method, sampling)
+        info = {"sampler": "AR", "target": target.name, "drafter": None, "ratio": None}
+        return run(target, req, method, info)

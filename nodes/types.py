@@ -1,23 +1,32 @@
 """The objects MuLo-SD nodes pass to each other, and their ComfyUI types (one spelling each).
 
-    MULOSD_MODEL       ModelHandle: a loaded LlamaGen model (GPT + VQ at an image size)
-    MULOSD_UPSAMPLER   mulosd_core.upsample.UpsamplerConfig
-    MULOSD_VERIFIER    mulosd_core.engine.VerifierConfig
+    MULOSD_MODEL          ModelHandle: a loaded LlamaGen model (GPT + VQ at an image size)
+    MULOSD_UPSAMPLER      mulosd_core.upsample.UpsamplerConfig
+    MULOSD_VERIFIER       mulosd_core.engine.VerifierConfig
+    MULOSD_TEXT_ENCODER   TextEncoderHandle: a FLAN-T5 caption encoder (t2i models)
+    MULOSD_CONDITIONING   Conditioning: one prompt's caption features and mask
 
 Handles and configs are shared between nodes and between runs (ComfyUI caches outputs,
-the loaders cache models): nodes read them and never change them.
+the loaders cache models): nodes read them and never change them. The one exception is
+where a text encoder's weights sit (GPU while encoding, CPU when offloaded), which the
+text prompt node manages.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+import torch
 from comfy_api.latest import io
 
 from mulosd_core.models.llamagen import LlamaGenModel
+from mulosd_core.models.text_encoder import T5CaptionEncoder
 
 MulosdModel = io.Custom("MULOSD_MODEL")
 MulosdUpsampler = io.Custom("MULOSD_UPSAMPLER")
 MulosdVerifier = io.Custom("MULOSD_VERIFIER")
+MulosdTextEncoder = io.Custom("MULOSD_TEXT_ENCODER")
+MulosdConditioning = io.Custom("MULOSD_CONDITIONING")
 
 
 @dataclass(frozen=True)
@@ -32,7 +41,47 @@ class ModelHandle:
     @property
     def description(self) -> str:
         m, cfg = self.model, self.model.gpt.config
-        cond = f"{m.num_classes} classes" if m.model_type == "c2i" else f"{m.cond_len} caption tokens"
-        return (f"{self.name}: LlamaGen {m.model_type} GPT {cfg.name} ({cfg.n_layer} layers x {cfg.dim}), "
-                f"{m.image_size} px, grid {m.grid}x{m.grid}, {cond}, codebook {m.vocab_size}, "
+        if m.model_type == "c2i":
+            kind, cond = "class-to-image (c2i)", f"{m.num_classes} classes"
+        else:
+            kind, cond = "text-to-image (t2i)", f"{m.cond_len} caption tokens of width {cfg.caption_dim} (T5 features)"
+        return (f"{self.name}: LlamaGen {kind} GPT {cfg.name} ({cfg.n_layer} layers x {cfg.dim}), "
+                f"{m.image_size} px, grid {m.grid}x{m.grid}, {cond}; VQ {os.path.basename(self.vq_path)} "
+                f"(codebook {m.vocab_size}, {m.vq.downsample}x downsampling); "
                 f"{str(m.dtype).replace('torch.', '')} on {m.device}")
+
+
+@dataclass(frozen=True)
+class TextEncoderHandle:
+    """A loaded caption encoder and where it computes; `offload` = keep it on the CPU between prompts."""
+
+    encoder: T5CaptionEncoder
+    name: str              # the folder as the loader's list shows it, e.g. "flan-t5-xl"
+    path: str              # full path of the folder
+    device: torch.device   # where it encodes
+    offload: bool
+
+    @property
+    def description(self) -> str:
+        e = self.encoder
+        where = f"encodes on {self.device}" + (", waits on cpu (offload)" if self.offload else "")
+        return (f"{self.name}: T5 encoder, {e.dim}-wide features, {e.max_length} caption tokens, "
+                f"{str(e.dtype).replace('torch.', '')}, {where}")
+
+
+@dataclass(frozen=True)
+class Conditioning:
+    """Caption features of one prompt, as LlamaGen t2i takes them (left-padded, padded rows zero)."""
+
+    features: torch.Tensor   # [1, T, C], T = the encoder's max_length (120), C = its width (2048 for FLAN-T5-XL)
+    mask: torch.Tensor       # [1, T] long, 1 = a real caption token
+    prompt: str
+    encoder: str             # the text encoder's name, for messages
+
+    @property
+    def tokens(self) -> int:
+        return int(self.mask.sum())
+
+    def batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt repeated for a batch of n: features [n, T, C], mask [n, T]."""
+        return self.features.repeat(n, 1, 1), self.mask.repeat(n, 1)

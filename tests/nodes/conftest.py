@@ -93,3 +93,46 @@ def tiny_models(pack, tmp_path_factory):
     for p in (str(user), str(base / "models")):
         paths.remove(p)
     paths.append(shipped)
+
+
+T5_WORDS = "a an the red green blue cat dog bird sits on mat in garden under tree photo of with small big".split()
+T5_DIM = 24
+
+
+def save_tiny_t5(folder: Path) -> Path:
+    """A tiny random FLAN-T5-style folder (config.json, weights, word-level tokenizer), built offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(T5_WORDS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                            model_max_length=512).save_pretrained(str(folder))
+    torch.manual_seed(0)
+    cfg = T5Config(vocab_size=100, d_model=T5_DIM, d_kv=8, d_ff=48, num_layers=2, num_heads=3,
+                   pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    T5EncoderModel(cfg).eval().save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_t2i(tiny_models):
+    """A tiny t2i family in the user's mulosd folder, beside a tiny T5 folder (the text encoder).
+
+    `t2i_tiny_target.safetensors` (grid 8, 32 px) and `t2i_tiny_drafter.safetensors` (grid 4,
+    16 px) take 120 caption tokens of width 24 (the tiny T5's d_model) and share the tiny
+    family's VQ (`embedded/vq.safetensors`); the encoder is listed as `tiny-flan-t5`.
+    """
+    from mulosd_core.models.checkpoints import save_safetensors
+    from mulosd_core.testing import tiny_gpt
+
+    user = tiny_models
+    save_tiny_t5(user / "tiny-flan-t5")
+    for name, grid, seed in (("t2i_tiny_target", 8, 10), ("t2i_tiny_drafter", 4, 11)):
+        gpt = tiny_gpt(seed, vocab_size=64, model_type="t2i", caption_dim=T5_DIM, cls_token_num=120)
+        meta = {"mulosd_config": {**gpt.config.to_dict(), "image_size": grid * 4}, "kind": "gpt"}
+        save_safetensors(gpt.state_dict(), str(user / f"{name}.safetensors"), meta)
+    return user

@@ -105,3 +105,51 @@ def test_auto_device_is_comfyuis_compute_device(loaders):
 
     h = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", device="auto").result[0]
     assert h.model.device.type == comfy.model_management.get_torch_device().type
+
+
+def _official_key_names():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "core" / "models" / "official_keys.py"
+    spec = importlib.util.spec_from_file_location("official_keys", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_official_t2i_layout_loads_as_t2i(loaders, tmp_path, monkeypatch):
+    """Files laid out as the released t2i_XL_stage1_256.pt / vq_ds16_t2i.pt (same key names, nesting under "model",
+    released file names), with small shapes: the loader reads them, detects t2i and takes 256 px from the name."""
+    import folder_paths
+
+    from mulosd_core.models import llamagen_gpt
+    from mulosd_core.models.llamagen_vq import VQConfig, VQModel
+    from mulosd_core.testing import randomize_, tiny_gpt
+
+    official = _official_key_names()
+    # GPT: every official t2i key (caption width 2048, 120 null-caption rows), 2 layers of width 32
+    gpt = tiny_gpt(3, vocab_size=64, model_type="t2i", caption_dim=2048, cls_token_num=120).state_dict()
+    assert set(gpt) == set(official.gpt_keys("GPT-B t2i", 2))
+    for name, shape in official.gpt_keys("GPT-B t2i", 2).items():
+        if name.startswith("cls_embedding.uncond") or name == "cls_embedding.cap_proj.fc1.weight":
+            assert gpt[name].shape[-1] == shape[-1] == 2048
+    torch.save({"model": gpt}, tmp_path / "t2i_XL_stage1_256.pt")
+    # VQ: every official VQ-16 key (5 levels, 2 res blocks, 16x downsampling), 32 channels, 64 codes
+    vq = randomize_(VQModel(VQConfig(codebook_size=64, ch=32, z_channels=32)), 4).state_dict()
+    assert set(vq) == set(official.sections()["VQ-16"]["keys"])
+    torch.save({"model": vq}, tmp_path / "vq_ds16_t2i.pt")
+    # the head count of a released file comes from the size table by width; give the small width an entry there
+    monkeypatch.setitem(llamagen_gpt.GPT_SIZES, "GPT-tiny", (2, 2, 32))
+    folder_paths.add_model_folder_path(loaders.FOLDER, str(tmp_path))
+    try:
+        assert {"t2i_XL_stage1_256.pt", "vq_ds16_t2i.pt"} <= set(loaders.model_files())
+        out = run(loaders.MuLoSDLoadDrafter, "t2i_XL_stage1_256.pt", vq_name="vq_ds16_t2i.pt", device="cpu")
+    finally:
+        folder_paths.folder_names_and_paths[loaders.FOLDER][0].remove(str(tmp_path))
+    m = out.result[0].model
+    assert (m.model_type, m.image_size, m.grid, m.cond_len, m.gpt.config.caption_dim) == ("t2i", 256, 16, 120, 2048)
+    text = out.ui["text"][0]
+    for part in ("t2i_XL_stage1_256.pt: LlamaGen text-to-image (t2i) GPT GPT-tiny", "256 px", "grid 16x16",
+                 "120 caption tokens of width 2048", "VQ vq_ds16_t2i.pt (codebook 64, 16x downsampling)"):
+        assert part in text, (part, text)

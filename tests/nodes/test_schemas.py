@@ -10,12 +10,14 @@ ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = {
     "MuLoSDLoadTarget": "Load Target",
     "MuLoSDLoadDrafter": "Load Drafter",
+    "MuLoSDLoadTextEncoder": "Load Text Encoder",
+    "MuLoSDTextPrompt": "MuLo-SD Text Prompt",
     "MuLoSDUpsampler": "Upsampler",
     "MuLoSDLocalVerifier": "Local Verifier",
     "MuLoSDSampler": "MuLo-SD Sampler",
     "MuLoSDARSampler": "AR Sampler",
 }
-CUSTOM = {"MULOSD_MODEL", "MULOSD_UPSAMPLER", "MULOSD_VERIFIER"}
+CUSTOM = {"MULOSD_MODEL", "MULOSD_UPSAMPLER", "MULOSD_VERIFIER", "MULOSD_TEXT_ENCODER", "MULOSD_CONDITIONING"}
 
 
 def schemas(pack):
