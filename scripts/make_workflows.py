@@ -34,6 +34,8 @@ CORE = {
 EMBEDDED_SAMPLING = dict(cfg=2.0, temperature=1.0, top_k=0, top_p=1.0)   # mulosd_core.demo.DEMO_SAMPLING
 C2I_SAMPLING = dict(cfg=4.0, temperature=1.0, top_k=2000, top_p=1.0)     # LlamaGen sample_c2i defaults
 T2I_SAMPLING = dict(cfg=7.5, temperature=1.0, top_k=1000, top_p=1.0)     # LlamaGen sample_t2i defaults
+T2I_PROMPT = ("A portrait photo of a kangaroo wearing an orange hoodie and blue sunglasses standing on the grass in "
+              "front of the Sydney Opera House holding a sign on the chest that says Welcome Friends!")  # sample_t2i
 
 
 def import_nodes():
@@ -187,13 +189,19 @@ def ablation() -> Graph:
     return g
 
 
-def llamagen(name: str, note: str, drafter: tuple, target: tuple, vq: str, sampling: dict, class_id: int) -> Graph:
+def llamagen(name: str, note: str, drafter: tuple, target: tuple, vq: str, sampling: dict, class_id: int = 0,
+             prompt: str | None = None) -> Graph:
+    """A LlamaGen pair; with a prompt (t2i) the samplers take its caption conditioning and ignore class_id."""
     g = Graph(name, note)
     t = g.add("MuLoSDLoadTarget", (0, 0), model_name=target[0], vq_name=vq, image_size=target[1], device="auto", dtype="bfloat16")
     d = g.add("MuLoSDLoadDrafter", (0, 260), model_name=drafter[0], vq_name=vq, image_size=drafter[1], device="auto", dtype="bfloat16")
     up = g.add("MuLoSDUpsampler", (0, 520), kind="pixel", ratio=2, filter="bicubic")
     ver = g.add("MuLoSDLocalVerifier", (0, 700), **VERIFIER)
     common = dict(class_id=class_id, seed=0, **sampling)
+    if prompt is not None:
+        enc = g.add("MuLoSDLoadTextEncoder", (0, 980), encoder_name="flan-t5-xl", device="auto", dtype="auto", offload=True)
+        text = g.add("MuLoSDTextPrompt", (0, 1160), text_encoder=enc[0], prompt=prompt)
+        common["conditioning"] = text[0]
     mulo = g.add("MuLoSDSampler", (360, 0), drafter=d[0], target=t[0], upsampler=up[0], verifier=ver[0], **common, **MULO, batch_size=1)
     ar = g.add("MuLoSDARSampler", (360, 560), target=t[0], **common, batch_size=1, mode="ar", zipar_window=8, sjd_window=16)
     outputs(g, mulo, 720, 0, "mulo")
@@ -206,8 +214,11 @@ def graphs() -> list[Graph]:
         embedded_vs_ar(),
         ablation(),
         llamagen("llamagen_t2i_256_to_512", "LlamaGen t2i XL: the 256 px stage-1 model drafts for the 512 px stage-2 model "
-                 "(r = 2). Needs the text path (caption conditioning), which the nodes do not have yet.",
-                 ("t2i_XL_stage1_256.pt", 256), ("t2i_XL_stage2_512.pt", 512), "vq_ds16_t2i.pt", T2I_SAMPLING, 0),
+                 "(r = 2) over vq_ds16_t2i.pt, all three in ComfyUI/models/mulosd. The prompt is encoded by FLAN-T5-XL "
+                 "(the google/flan-t5-xl folder in ComfyUI/models/text_encoders/flan-t5-xl), which waits on the CPU "
+                 "between prompts (offload).",
+                 ("t2i_XL_stage1_256.pt", 256), ("t2i_XL_stage2_512.pt", 512), "vq_ds16_t2i.pt", T2I_SAMPLING,
+                 prompt=T2I_PROMPT),
         llamagen("llamagen_c2i", "LlamaGen c2i: c2i_L_256 drafts at 192 px (12x12 tokens) for c2i_XL_384 at 384 px "
                  "(24x24), r = 2. Class 207 = golden retriever.",
                  ("c2i_L_256.pt", 192), ("c2i_XL_384.pt", 384), "vq_ds16_c2i.pt", C2I_SAMPLING, 207),

@@ -18,12 +18,14 @@ from workflow_format import api_workflows, needs_only_shipped_models, strip_meta
 NODES = {
     "MuLoSDLoadTarget": ["model_name", "vq_name", "image_size", "device", "dtype"],
     "MuLoSDLoadDrafter": ["model_name", "vq_name", "image_size", "device", "dtype"],
+    "MuLoSDLoadTextEncoder": ["encoder_name", "device", "dtype", "offload"],
+    "MuLoSDTextPrompt": ["text_encoder", "prompt"],
     "MuLoSDUpsampler": ["kind", "ratio", "filter"],
     "MuLoSDLocalVerifier": ["rule", "tau", "k_neighbours", "expansion_radius", "rejection", "resampling", "lantern_delta"],
     "MuLoSDSampler": ["drafter", "target", "class_id", "seed", "cfg", "temperature", "top_k", "top_p", "parallel_window",
-                      "rows_per_step", "draft_length", "batch_size", "upsampler", "verifier"],
+                      "rows_per_step", "draft_length", "batch_size", "upsampler", "verifier", "conditioning"],
     "MuLoSDARSampler": ["target", "class_id", "seed", "cfg", "temperature", "top_k", "top_p", "batch_size", "mode",
-                        "zipar_window", "sjd_window"],
+                        "zipar_window", "sjd_window", "conditioning"],
 }
 SAMPLERS = ("MuLoSDSampler", "MuLoSDARSampler")
 API = api_workflows()
