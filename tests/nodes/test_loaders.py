@@ -66,6 +66,8 @@ def test_image_size_overrides_the_file(loaders):
 def test_image_size_from_file_name(loaders, tiny_models):
     path = str(tiny_models / "c2i_tiny_32.pt")
     assert loaders.resolve_image_size("c2i_XL_384.pt", path, 0) == 384
+    assert loaders.resolve_image_size("t2i_XL_stage1_256.pt", path, 0) == 256
+    assert loaders.resolve_image_size("llamagen/t2i_XL_stage2_512.pt", path, 0) == 512
     assert loaders.resolve_image_size("c2i_XL_384.pt", path, 256) == 256
     with pytest.raises(ValueError, match="image_size: mystery.pt"):
         loaders.resolve_image_size("mystery.pt", path, 0)
