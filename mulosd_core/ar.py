@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .models.kv_cache import cache_scope
 from .models.protocol import ImageARModel
 from .sampling import SamplingConfig, Streams, cfg_combine, process_logits, sample_tokens
 from .stats import RunStats
@@ -38,7 +39,7 @@ def generate_ar(model: ImageARModel, cond, sampling: SamplingConfig, seed: int =
                 progress_every: int = 0) -> GenerationResult:
     """Sample [B, N] tokens one target call at a time; `cond` is class ids [B] or caption features."""
     t_start = time.perf_counter()
-    with torch.inference_mode():
+    with torch.inference_mode(), cache_scope():
         rows = model.condition_rows(cond, sampling.uses_cfg, mask)
         batch = rows.rows // (2 if sampling.uses_cfg else 1)
         n_tok = model.num_tokens

@@ -23,6 +23,8 @@ import torch
 
 from . import verify
 from .ar import GenerationResult, generate_ar
+from .memory import check_fits, out_of_memory_advice
+from .models.kv_cache import cache_scope
 from .models.protocol import ImageARModel
 from .neighbours import cached_knn_table
 from .sampling import SamplingConfig, Streams, cfg_combine, process_logits
@@ -494,13 +496,25 @@ def _run_sjd(target: ImageARModel, cond, sampling, method: MethodConfig, seed, m
 def generate(target: ImageARModel, cond, sampling: SamplingConfig, method: MethodConfig,
              drafter: Optional[ImageARModel] = None, seed: int = 0, mask: Optional[torch.Tensor] = None,
              progress: Optional[Progress] = None, decode: bool = True) -> GenerationResult:
-    """Run one method on a batch of conditions; returns tokens, images, statistics and acceptance maps."""
+    """Run one method on a batch of conditions; returns tokens, images, statistics and acceptance maps.
+
+    Before anything runs, the memory the run needs is checked against what is free; every KV
+    cache of the run is released when it ends, also when it fails or `progress` cancels it, and
+    an out-of-memory error becomes a NotEnoughMemory naming the model and what to lower.
+    """
+    if method.method == "speculative" and drafter is None:
+        raise ValueError("the speculative method needs a drafter model")
+    batch = len(cond)
+    check_fits(batch, sampling.uses_cfg, target, drafter if method.method == "speculative" else None)
+    with cache_scope(), out_of_memory_advice(target, batch):
+        return _generate(target, cond, sampling, method, drafter, seed, mask, progress, decode)
+
+
+def _generate(target, cond, sampling, method, drafter, seed, mask, progress, decode) -> GenerationResult:
     if method.method == "ar":
         res = generate_ar(target, cond, sampling, seed, progress=progress, decode=decode, mask=mask)
         res.maps = acceptance_map(torch.full_like(res.tokens, TARGET), target.grid)
         return res
-    if method.method == "speculative" and drafter is None:
-        raise ValueError("the speculative method needs a drafter model")
     t0 = time.perf_counter()
     stats = RunStats(method=method.method, tokens=target.num_tokens)
     if torch.cuda.is_available() and target.device.type == "cuda":

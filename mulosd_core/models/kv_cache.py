@@ -6,7 +6,30 @@ their own slot, so fully masked condition rows stay well defined.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import torch
+
+_scope: contextvars.ContextVar[list | None] = contextvars.ContextVar("mulosd_cache_scope", default=None)
+
+
+@contextlib.contextmanager
+def cache_scope() -> Iterator[list["KVCache"]]:
+    """Collect every KVCache built inside the block and release them all when it ends.
+
+    A run that fails or is cancelled leaves its frames alive in the traceback ComfyUI keeps;
+    releasing the tensors here frees the memory whatever still refers to the cache objects.
+    """
+    caches: list[KVCache] = []
+    token = _scope.set(caches)
+    try:
+        yield caches
+    finally:
+        _scope.reset(token)
+        for c in caches:
+            c.release()
 
 
 def round_up(n: int, k: int) -> int:
@@ -24,6 +47,10 @@ class KVCache:
         self.batch = batch
         self._causal: torch.Tensor | None = None  # [L, L] key j visible to query p iff j <= p (built on first use)
         self._all_own_valid = True  # every written slot is valid, so "own slot" adds nothing to the mask
+        self.released = False
+        scope = _scope.get()
+        if scope is not None:
+            scope.append(self)
 
     def mark(self, positions: torch.Tensor, key_valid: torch.Tensor | None = None) -> None:
         """Mark slots at `positions` as written (or set them to `key_valid` [B, S])."""
@@ -60,6 +87,17 @@ class KVCache:
         self._all_own_valid = True
         for t in self.k + self.v:
             t.zero_()
+
+    def release(self) -> None:
+        """Drop the tensors (the cache is unusable afterwards)."""
+        self.k, self.v, self._causal = [], [], None
+        self.valid = self.valid.new_zeros(0, 0)
+        self.released = True
+
+    @staticmethod
+    def bytes_for(n_layer: int, batch: int, n_kv_head: int, max_len: int, head_dim: int, dtype: torch.dtype) -> int:
+        """What the constructor would allocate for these arguments (keys + values)."""
+        return 2 * n_layer * batch * n_kv_head * max_len * head_dim * torch.empty(0, dtype=dtype).element_size()
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)

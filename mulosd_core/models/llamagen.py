@@ -72,6 +72,9 @@ class LlamaGenModel:
     def new_cache(self, rows: int) -> KVCache:
         return self.gpt.new_cache(rows, self.num_tokens)
 
+    def cache_bytes(self, rows: int) -> int:
+        return self.gpt.cache_bytes(rows, self.num_tokens)
+
     def prefill(self, cond: ConditionRows, cache: KVCache) -> torch.Tensor:
         """Logits [R, V] for image token 0 (from the last condition position)."""
         positions = torch.arange(self.cond_len, device=self.device)

@@ -268,3 +268,8 @@ class LlamaGenGPT(nn.Module):
         w = self.output.weight
         return KVCache(self.config.n_layer, batch, self.config.kv_heads, round_up(self.cond_len + num_tokens, 8),
                        self.config.head_dim, dtype or w.dtype, device or w.device)
+
+    def cache_bytes(self, batch: int, num_tokens: int) -> int:
+        """Bytes `new_cache(batch, num_tokens)` allocates (for memory estimates before a run)."""
+        return KVCache.bytes_for(self.config.n_layer, batch, self.config.kv_heads, round_up(self.cond_len + num_tokens, 8),
+                                 self.config.head_dim, self.output.weight.dtype)

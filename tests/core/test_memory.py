@@ -1,0 +1,129 @@
+"""Reliability of a run: memory estimated before it starts, out-of-memory turned into advice,
+and a cancelled or failed run releasing its caches and leaving the models as they were."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from mulosd_core import memory
+from mulosd_core.engine import MethodConfig, VerifierConfig, generate
+from mulosd_core.memory import NotEnoughMemory, check_fits, estimate_bytes
+from mulosd_core.models.kv_cache import KVCache
+from mulosd_core.sampling import SamplingConfig
+from mulosd_core.testing import tiny_model, tiny_vq
+
+VOCAB = 16
+SAMPLING = SamplingConfig(cfg_scale=2.0, temperature=1.0)
+METHODS = {
+    "ar": MethodConfig(method="ar"),
+    "speculative": MethodConfig(method="speculative", parallel_window=2),
+    "zipar": MethodConfig(method="zipar", zipar_window=2),
+    "sjd": MethodConfig(method="sjd", sjd_window=4),
+}
+
+
+@functools.cache
+def _pair():
+    vq = tiny_vq(0, VOCAB)
+    return (tiny_model(8, 1, vq=vq, dim=16, n_head=2, n_layer=1),
+            tiny_model(4, 2, vq=vq, dim=16, n_head=2, n_layer=1))
+
+
+class Cancelled(Exception):
+    pass
+
+
+@pytest.fixture
+def caches(monkeypatch):
+    """Every KVCache built during the test."""
+    built: list[KVCache] = []
+    init = KVCache.__init__
+
+    def record(self, *a, **kw):
+        init(self, *a, **kw)
+        built.append(self)
+
+    monkeypatch.setattr(KVCache, "__init__", record)
+    return built
+
+
+def run(name: str, progress=None, seed: int = 5):
+    target, drafter = _pair()
+    return generate(target, torch.tensor([1, 3]), SAMPLING, METHODS[name], drafter=drafter, seed=seed,
+                    progress=progress, decode=False)
+
+
+def test_estimate_matches_the_cache_actually_built(caches):
+    target, _ = _pair()
+    run("ar")
+    (cache,) = caches
+    assert target.cache_bytes(4) > 0
+    assert KVCache.bytes_for(1, 4, 2, cache.max_len, 8, torch.float32) == 2 * 4 * 2 * cache.max_len * 8 * 4
+    assert estimate_bytes(target, batch=2, cfg=True) == target.cache_bytes(4) + 2 * 4 * 64 * VOCAB * 4
+
+
+def test_run_refused_before_any_model_runs_when_memory_is_short(monkeypatch):
+    target, drafter = _pair()
+    calls = []
+    monkeypatch.setattr(type(target), "prefill", lambda self, *a: calls.append(1))
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    with pytest.raises(NotEnoughMemory, match=r"lower batch_size \(now 2\)") as e:
+        run("speculative")
+    assert "tiny8" in str(e.value) and "tiny4 (drafter)" in str(e.value) and "free" in str(e.value)
+    assert calls == []
+
+
+def test_check_fits_passes_with_room_and_reports_per_model():
+    target, drafter = _pair()
+    need = check_fits(2, True, target, drafter, available=lambda d: 1 << 40)
+    assert set(need) == {"tiny8", "tiny4 (drafter)"} and all(v > 0 for v in need.values())
+    assert check_fits(2, True, target, drafter, available=lambda d: None)  # unknown free memory: no refusal
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), MemoryError()])
+def test_out_of_memory_names_the_model_frees_caches_and_the_next_run_is_unchanged(monkeypatch, caches, error):
+    reference = run("speculative").tokens
+    target, _ = _pair()
+    forward = type(target).forward_tokens
+    state = {"n": 0}
+
+    def failing(self, *a, **kw):
+        state["n"] += 1
+        if state["n"] == 3:
+            raise error
+        return forward(self, *a, **kw)
+
+    monkeypatch.setattr(type(target), "forward_tokens", failing)
+    caches.clear()
+    with pytest.raises(NotEnoughMemory, match="tiny8 ran out of memory on cpu while sampling a batch of 2") as e:
+        run("speculative")
+    assert "Lower batch_size" in str(e.value) and "caches were freed" in str(e.value)
+    assert caches and all(c.released and c.k == [] for c in caches)
+    monkeypatch.setattr(type(target), "forward_tokens", forward)
+    assert torch.equal(run("speculative").tokens, reference)
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_cancel_mid_run_releases_caches_and_the_next_run_is_unchanged(caches, name):
+    reference = run(name).tokens
+    caches.clear()
+    seen = []
+
+    def cancel(done, total, tokens):
+        seen.append(done)
+        if len(seen) == 2:
+            raise Cancelled()
+
+    with pytest.raises(Cancelled):
+        run(name, progress=cancel)
+    assert seen[-1] < 64, "the run was not cancelled mid-way"
+    assert caches and all(c.released for c in caches)
+    assert torch.equal(run(name).tokens, reference)
+
+
+def test_successful_runs_release_their_caches_too(caches):
+    for name in METHODS:
+        run(name)
+    assert caches and all(c.released for c in caches)
