@@ -71,6 +71,9 @@ def infer_gpt_config(sd: dict[str, torch.Tensor], meta: Optional[dict] = None, s
                 f"cannot tell the head count of a GPT with {n_layer} layers of width {dim}: name its size or pass n_head")
         if matches:
             kw.update(n_head=GPT_SIZES[matches[0]][1], name=matches[0])
+    # settings the shapes cannot tell apart: our own files record them (the FFN width is checked below)
+    kw.update({k: stored[k] for k in ("multiple_of", "ffn_dim_multiplier", "norm_eps", "rope_base", "class_dropout_prob")
+               if k in stored})
     kw.update({k: v for k, v in overrides.items() if v is not None})
     cfg = GPTConfig(**kw)
     qkv_rows = sd["layers.0.attention.wqkv.weight"].shape[0]

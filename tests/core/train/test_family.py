@@ -1,0 +1,71 @@
+"""The embedded family: a 2-step smoke run of the training command writes loadable
+checkpoints of every member, the shipped weights load through the generic loaders and
+match their model cards, and the shipped target samples end to end on CPU."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from mulosd_core.ar import generate_ar
+from mulosd_core.data.procedural import NUM_CLASSES
+from mulosd_core.models.registry import EMBEDDED_DIR, EMBEDDED_MEMBERS, load_gpt, load_model, load_vq
+from mulosd_core.sampling import SamplingConfig
+from mulosd_core.train import family
+
+GPT_MEMBERS = ("target", "drafter", "sd_drafter")
+
+
+def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    family.main(["--preset", "smoke", "--out", str(out), "--work", str(work), "--threads", "1"])
+    vq = load_vq(str(out / "vq.safetensors"))
+    assert vq.config.codebook_size == family.PRESETS["smoke"].vq.codebook_size
+    for stage in family.PRESETS["smoke"].gpts:
+        model = load_model(str(out / f"{stage.name}.safetensors"), str(out / "vq.safetensors"))
+        assert model.grid == stage.grid and model.num_classes == NUM_CLASSES
+        card = json.loads((out / f"{stage.name}.json").read_text())
+        assert card["steps"] == stage.steps and card["config"]["dim"] == stage.dim
+    fam = json.loads((out / "family.json").read_text())
+    assert fam["gpt_data_variation"] == "aligned" and set(fam["members"]) >= {"vq", "classifier", *GPT_MEMBERS}
+    # a second run finds every member done and trains nothing
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
+    family.main(["--preset", "smoke", "--out", str(out), "--work", str(work), "--threads", "1"])
+    assert before == {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
+
+
+def test_unknown_stage_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"--stages: unknown stage\(s\) \['targt'\]"):
+        family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", ["targt"])
+
+
+@pytest.mark.parametrize("member", GPT_MEMBERS)
+def test_shipped_gpt_matches_its_card(member):
+    card = json.load(open(os.path.join(EMBEDDED_DIR, f"{member}.json")))
+    gpt = load_gpt(os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS[member]))
+    assert gpt.config.to_dict() == card["config"]
+    assert sum(t.numel() for t in gpt.parameters()) == card["params"]
+    model = load_model(os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS[member]), os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+    assert model.grid == card["grid"] and model.image_size == card["image_size"]
+    assert card["metrics"]["evaluated_by"].startswith("python -m mulosd_core.train.evaluate")
+
+
+def test_shipped_vq_and_metrics_file():
+    card = json.load(open(os.path.join(EMBEDDED_DIR, "vq.json")))
+    vq = load_vq(os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+    assert vq.config.to_dict() == card["config"]
+    metrics = json.load(open(os.path.join(EMBEDDED_DIR, "metrics.json")))
+    for key in ("real_accuracy", "target_ar_accuracy", "drafter_ar_accuracy", "vq_psnr_db", "load_seconds", "samples", "command"):
+        assert key in metrics, key
+    assert metrics["samples"] >= 500
+    assert card["metrics"]["psnr_db"] == metrics["vq_psnr_db"]
+
+
+def test_shipped_target_samples_end_to_end_on_cpu():
+    target = load_model(os.path.join(EMBEDDED_DIR, "target.safetensors"), os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+    res = generate_ar(target, torch.tensor([0, 7]), SamplingConfig(), seed=3)
+    assert res.tokens.shape == (2, target.num_tokens)
+    assert res.images.shape == (2, 3, target.image_size, target.image_size)
+    assert float(res.images.min()) >= -0.05 and float(res.images.max()) <= 1.05
