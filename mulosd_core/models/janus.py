@@ -21,7 +21,7 @@ import hashlib
 import inspect
 import json
 import os
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
