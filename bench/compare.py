@@ -71,7 +71,7 @@ import torch
 from mulosd_core.data.procedural import CLASS_NAMES, GPT_VARIATION, NUM_CLASSES, make_batch
 from mulosd_core.engine import MethodConfig, generate
 from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair
-from mulosd_core.presets import method_presets
+from mulosd_core.presets import EMBEDDED_SAMPLING, method_presets
 from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
 from mulosd_core.schedules import zipar_nfe
 
@@ -84,7 +84,7 @@ QUICK_SAMPLES = 4
 ORACLE = "mulo_oracle"
 GRID_METHOD = "mulo_islands"       # the image grid shows AR vs this
 # The demo's sampling (mulosd_core.demo.DEMO_SAMPLING):
-SAMPLING = SamplingConfig()  # the samplers' defaults (LlamaGen c2i: cfg 4.0, temperature 1, no top-k/top-p)
+SAMPLING = EMBEDDED_SAMPLING  # the embedded family's sampling (mulosd_core.presets)
 REAL_SEED = 20_240_601             # real reference samples for the Frechet distance
 WARMUP_SEED = 10_000
 NLL_FLOOR = 1e-12

@@ -21,10 +21,9 @@ from PIL import Image
 from .data.procedural import CLASS_NAMES, NUM_CLASSES
 from .engine import generate
 from .models.registry import load_embedded
-from .presets import method_presets
-from .sampling import SamplingConfig
+from .presets import EMBEDDED_SAMPLING, method_presets
 
-DEMO_SAMPLING = SamplingConfig()  # LlamaGen c2i defaults: cfg 4.0, temperature 1, no top-k/top-p
+DEMO_SAMPLING = EMBEDDED_SAMPLING  # the embedded family's sampling (mulosd_core.presets)
 
 
 def to_grid(images: torch.Tensor, size: int) -> np.ndarray:

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from mulosd_core import presets  # noqa: E402  (the shipped defaults the graphs show)
+
 OUT = ROOT / "workflows"
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 
@@ -31,7 +34,8 @@ CORE = {
     "PreviewImage": ([("images", "IMAGE", False)], []),
     "PreviewAny": ([("source", "*", False)], []),
 }
-EMBEDDED_SAMPLING = dict(cfg=2.0, temperature=1.0, top_k=0, top_p=1.0)   # mulosd_core.demo.DEMO_SAMPLING
+_ES = presets.EMBEDDED_SAMPLING
+EMBEDDED_SAMPLING = dict(cfg=_ES.cfg_scale, temperature=_ES.temperature, top_k=_ES.top_k, top_p=_ES.top_p)
 C2I_SAMPLING = dict(cfg=4.0, temperature=1.0, top_k=2000, top_p=1.0)     # LlamaGen sample_c2i defaults
 T2I_SAMPLING = dict(cfg=7.5, temperature=1.0, top_k=1000, top_p=1.0)     # LlamaGen sample_t2i defaults
 T2I_PROMPT = ("A portrait photo of a kangaroo wearing an orange hoodie and blue sunglasses standing on the grass in "
@@ -147,9 +151,10 @@ class Graph:
 
 # ---------------------------------------------------------------------------- the graphs
 LOADER = dict(image_size=0, device="auto", dtype="float32")
-VERIFIER = dict(rule="mulo", tau=0.3, k_neighbours=8, expansion_radius=1, rejection="local", resampling="islands",
-                lantern_delta=0.1)
-MULO = dict(parallel_window=2, rows_per_step=2, draft_length=4)
+_V = presets.mulo_verifier()
+VERIFIER = dict(rule=_V.rule, tau=_V.tau, k_neighbours=_V.k_neighbours, expansion_radius=_V.expansion_radius,
+                rejection=_V.rejection, resampling=_V.resampling, lantern_delta=presets.LANTERN_DELTA)
+MULO = dict(parallel_window=presets.MULO_WINDOW, rows_per_step=presets.MULO_ROWS, draft_length=4)
 
 
 def outputs(g: Graph, sampler: Node, x: int, y: int, prefix: str, maps: bool = True) -> None:

@@ -24,11 +24,12 @@ from ..data.procedural import GPT_VARIATION, NUM_CLASSES, make_batch
 from ..metrics import accuracy, bootstrap_ci, frechet_distance
 from ..models.registry import load_model
 from ..sampling import SamplingConfig, cfg_combine, process_logits
+from ..presets import EMBEDDED_SAMPLING
 from .classifier import load_classifier
 from .family import vq_psnr
 
 log = logging.getLogger("mulosd.evaluate")
-EVAL_SAMPLING = SamplingConfig()  # the samplers' defaults (LlamaGen c2i: cfg 4.0)
+EVAL_SAMPLING = EMBEDDED_SAMPLING  # the embedded family's sampling (mulosd_core.presets)
 REAL_SEED = 424242
 
 
