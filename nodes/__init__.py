@@ -3,6 +3,7 @@
     loaders.py     Load Target, Load Drafter          -> mulosd_core.models.registry
     components.py  Upsampler, Local Verifier          -> mulosd_core.upsample / engine configs
     text.py        Load Text Encoder, Text Prompt     -> mulosd_core.models.text_encoder
+    janus.py       Load Janus-Pro, Janus Prompt       -> mulosd_core.models.janus
     samplers.py    MuLo-SD Sampler, AR Sampler        -> mulosd_core.engine.generate
 """
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 from comfy_api.latest import ComfyExtension, io
 
 from .components import MuLoSDLocalVerifier, MuLoSDUpsampler
+from .janus import MuLoSDJanusPrompt, MuLoSDLoadJanus
 from .loaders import MuLoSDLoadDrafter, MuLoSDLoadTarget
 from .samplers import MuLoSDARSampler, MuLoSDSampler
 from .text import MuLoSDLoadTextEncoder, MuLoSDTextPrompt
 
 NODES: list[type[io.ComfyNode]] = [
-    MuLoSDLoadTarget, MuLoSDLoadDrafter, MuLoSDLoadTextEncoder, MuLoSDTextPrompt, MuLoSDUpsampler, MuLoSDLocalVerifier,
-    MuLoSDSampler, MuLoSDARSampler,
+    MuLoSDLoadTarget, MuLoSDLoadDrafter, MuLoSDLoadTextEncoder, MuLoSDTextPrompt, MuLoSDLoadJanus, MuLoSDJanusPrompt,
+    MuLoSDUpsampler, MuLoSDLocalVerifier, MuLoSDSampler, MuLoSDARSampler,
 ]
 
 

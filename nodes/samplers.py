@@ -2,14 +2,16 @@
 
 Class-to-image (c2i) targets take `class_id`; text-to-image (t2i) targets take the
 `conditioning` of a MuLo-SD Text Prompt node (caption features + mask, repeated for the
-batch). Both return images, acceptance maps and a statistics string (JSON):
+batch); Janus-Pro targets take the `conditioning` of a Janus Prompt node (the prompt as
+text, which drafter and target each format themselves). Both return images, acceptance
+maps and a statistics string (JSON):
 
     method, batch, tokens (grid^2 per image), target_calls, drafter_calls, drafted,
     accepted, resampled, steps, largest_island (per step), seconds {total, draft, verify,
     ...}, peak_memory_bytes, tokens_per_target_call, acceptance_rate, resampled_fraction
     (mulosd_core.stats.RunStats), plus sampler, target, drafter, ratio, grid, image_size,
-    class_id (c2i) or prompt (t2i), seed, sampling {cfg_scale, temperature, top_k, top_p}
-    and config (the engine's MethodConfig).
+    class_id (c2i) or prompt (t2i, Janus-Pro), seed, sampling {cfg_scale, temperature, top_k,
+    top_p} and config (the engine's MethodConfig).
 
 Map colours: green accepted draft, red rejected, yellow resampled neighbour, blue
 sampled by the target alone.
@@ -29,8 +31,10 @@ from mulosd_core.engine import MethodConfig, VerifierConfig, check_pair, generat
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.upsample import UpsamplerConfig, resolution_ratio
 
+from . import janus
 from .progress import StepProgress
-from .types import Conditioning, ModelHandle, MulosdConditioning, MulosdModel, MulosdUpsampler, MulosdVerifier
+from .types import (Conditioning, JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel, MulosdUpsampler,
+                    MulosdVerifier)
 
 MAX_SEED = 0xFFFFFFFFFFFFFFFF
 
@@ -56,8 +60,9 @@ def sampling_inputs() -> list:
 
 CONDITIONING_INPUT = MulosdConditioning.Input(
     "conditioning", optional=True,
-    tooltip="Text-to-image (t2i) targets only: the prompt from a MuLo-SD Text Prompt node, repeated for the batch. "
-            "Leave it unconnected for class-conditional targets, which use class_id.")
+    tooltip="Text-to-image targets only: the prompt from a MuLo-SD Text Prompt node (LlamaGen t2i) or a Janus Prompt "
+            "node (Janus-Pro), repeated for the batch. Leave it unconnected for class-conditional targets, which use "
+            "class_id.")
 
 OUTPUTS = [
     io.Image.Output("images", display_name="images", tooltip="The generated images, [B, H, W, 3] in 0..1."),
@@ -74,15 +79,19 @@ OUTPUTS = [
 class Request:
     """What both samplers parse from their common inputs: condition, caption mask, sampling settings."""
 
-    cond: torch.Tensor               # class ids [B] (c2i) or caption features [B, T, C] (t2i)
+    cond: torch.Tensor | list[str]   # class ids [B] (c2i), caption features [B, T, C] (t2i) or B prompts (Janus-Pro)
     mask: torch.Tensor | None     # caption mask [B, T] (t2i), else None
     sampling: SamplingConfig
     info: dict                       # class_id / prompt / seed, for the statistics
 
 
-def check_caption(model: ModelHandle, conditioning: Conditioning, role: str) -> None:
+def check_caption(model: ModelHandle, conditioning: Conditioning | JanusPrompt, role: str) -> None:
     """The caption features must have the length and width the t2i GPT was trained on (120 x 2048 for LlamaGen)."""
     m = model.model
+    if not isinstance(conditioning, Conditioning):
+        raise ValueError(f"conditioning: expected T5 caption features from a MuLo-SD Text Prompt node for {role} "
+                         f"{model.name}, a LlamaGen text-to-image (t2i) model; got the Janus-Pro prompt "
+                         f"{conditioning.prompt!r} of a Janus Prompt node (it feeds Janus-Pro models only)")
     want = (m.cond_len, m.gpt.config.caption_dim)
     got = tuple(conditioning.features.shape[1:])
     if got != want:
@@ -91,9 +100,32 @@ def check_caption(model: ModelHandle, conditioning: Conditioning, role: str) -> 
                          f"{conditioning.encoder}")
 
 
-def condition(target: ModelHandle, conditioning: Conditioning | None, class_id: int,
-              batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
-    """c2i: class ids from class_id; t2i: the caption repeated batch_size times. Mismatches are errors."""
+def check_janus_prompt(model: ModelHandle, conditioning: Conditioning | JanusPrompt, role: str) -> None:
+    """A non-empty text prompt that fits the model's prompt slots once chat-formatted (tokenises; runs no model)."""
+    m = model.model
+    if not isinstance(conditioning, JanusPrompt):
+        raise ValueError(f"conditioning: expected a prompt from a Janus Prompt node for {role} {model.name}, a "
+                         f"Janus-Pro model; got T5 caption features of {conditioning.prompt!r} from text encoder "
+                         f"{conditioning.encoder} (MuLo-SD Text Prompt feeds LlamaGen t2i models only)")
+    janus.check_prompt(conditioning.prompt)
+    n = len(m.format_prompt(conditioning.prompt))
+    if n > m.cond_len:
+        raise ValueError(f"prompt: expected at most {m.cond_len} tokens once chat-formatted for {role} {model.name}, "
+                         f"got {n}; shorten the prompt")
+
+
+def check_condition(model: ModelHandle, conditioning: Conditioning | JanusPrompt, role: str) -> None:
+    """The conditioning fits the model: caption features of the right size (t2i) or a prompt that fits (Janus-Pro)."""
+    if model.model.model_type == "janus":
+        check_janus_prompt(model, conditioning, role)
+    else:
+        check_caption(model, conditioning, role)
+
+
+def condition(target: ModelHandle, conditioning: Conditioning | JanusPrompt | None, class_id: int,
+              batch_size: int) -> tuple[torch.Tensor | list[str], torch.Tensor | None, dict]:
+    """c2i: class ids from class_id; t2i: the caption repeated batch_size times; Janus-Pro: the prompt text repeated
+    batch_size times (each model formats it). Mismatches are errors."""
     m = target.model
     if m.model_type == "c2i":
         if conditioning is not None:
@@ -110,11 +142,17 @@ def condition(target: ModelHandle, conditioning: Conditioning | None, class_id: 
         check_caption(target, conditioning, "target")
         features, mask = conditioning.batch(batch_size)
         return features, mask, {"class_id": None, "prompt": conditioning.prompt}
-    raise ValueError(f"target: expected a c2i or t2i model, got {target.name}, a {m.model_type} model")
+    if m.model_type == "janus":
+        if conditioning is None:
+            raise ValueError(f"conditioning: expected a prompt for {target.name}, a Janus-Pro text-to-image model; got "
+                             "nothing (connect a Janus Prompt node to conditioning)")
+        check_janus_prompt(target, conditioning, "target")
+        return [conditioning.prompt] * batch_size, None, {"class_id": None, "prompt": conditioning.prompt}
+    raise ValueError(f"target: expected a c2i, t2i or Janus-Pro model, got {target.name}, a {m.model_type} model")
 
 
-def parse_request(target: ModelHandle, conditioning: Conditioning | None, class_id: int, seed: int, batch_size: int,
-                  cfg: float, temperature: float, top_k: int, top_p: float) -> Request:
+def parse_request(target: ModelHandle, conditioning: Conditioning | JanusPrompt | None, class_id: int, seed: int,
+                  batch_size: int, cfg: float, temperature: float, top_k: int, top_p: float) -> Request:
     cond, mask, info = condition(target, conditioning, class_id, batch_size)
     sampling = SamplingConfig(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
     return Request(cond, mask, sampling, {**info, "seed": seed})
@@ -170,8 +208,17 @@ class MuLoSDSampler(io.ComfyNode):
     @classmethod
     def execute(cls, drafter: ModelHandle, target: ModelHandle, class_id, seed, cfg, temperature, top_k, top_p,
                 parallel_window, rows_per_step, draft_length, batch_size, upsampler: UpsamplerConfig | None = None,
-                verifier: VerifierConfig | None = None, conditioning: Conditioning | None = None) -> io.NodeOutput:
+                verifier: VerifierConfig | None = None,
+                conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
+        t, d = target.model, drafter.model
+        if d.codebook_id() != t.codebook_id() or d.model_type != t.model_type:
+            # a drafter of another family (another VQ or conditioning, e.g. LlamaGen for Janus-Pro) is refused as such,
+            # with check_pair's message naming both, before its grid is compared with the target's
+            try:
+                check_pair(t, d, MethodConfig())
+            except ValueError as e:
+                raise ValueError(f"drafter/target: {e}") from None
         try:
             r = resolution_ratio(target.model.grid, drafter.model.grid)
         except ValueError as e:
@@ -184,7 +231,7 @@ class MuLoSDSampler(io.ComfyNode):
         except ValueError as e:
             raise ValueError(f"drafter/target: {e}") from None
         if conditioning is not None:
-            check_caption(drafter, conditioning, "drafter")
+            check_condition(drafter, conditioning, "drafter")
         info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name, "ratio": r}
         return run(target, req, method, info, drafter)
 
@@ -215,7 +262,7 @@ class MuLoSDARSampler(io.ComfyNode):
 
     @classmethod
     def execute(cls, target: ModelHandle, class_id, seed, cfg, temperature, top_k, top_p, batch_size, mode,
-                zipar_window, sjd_window, conditioning: Conditioning | None = None) -> io.NodeOutput:
+                zipar_window, sjd_window, conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
         method = MethodConfig(method=mode, zipar_window=zipar_window, sjd_window=sjd_window)
         info = {"sampler": "AR", "target": target.name, "drafter": None, "ratio": None}

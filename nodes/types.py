@@ -1,10 +1,11 @@
 """The objects MuLo-SD nodes pass to each other, and their ComfyUI types (one spelling each).
 
-    MULOSD_MODEL          ModelHandle: a loaded LlamaGen model (GPT + VQ at an image size)
+    MULOSD_MODEL          ModelHandle: a loaded LlamaGen model (GPT + VQ at an image size) or Janus-Pro model
     MULOSD_UPSAMPLER      mulosd_core.upsample.UpsamplerConfig
     MULOSD_VERIFIER       mulosd_core.engine.VerifierConfig
     MULOSD_TEXT_ENCODER   TextEncoderHandle: a FLAN-T5 caption encoder (t2i models)
-    MULOSD_CONDITIONING   Conditioning: one prompt's caption features and mask
+    MULOSD_CONDITIONING   Conditioning: one prompt's caption features and mask (LlamaGen t2i), or
+                          JanusPrompt: one prompt as text (Janus-Pro formats and tokenises it itself)
 
 Handles and configs are shared between nodes and between runs (ComfyUI caches outputs,
 the loaders cache models): nodes read them and never change them. The one exception is
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from comfy_api.latest import io
 
+from mulosd_core.models.janus import JanusModel
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.models.text_encoder import T5CaptionEncoder
 
@@ -33,14 +35,21 @@ MulosdConditioning = io.Custom("MULOSD_CONDITIONING")
 class ModelHandle:
     """A loaded model plus where it came from, as the loaders hand it to the samplers."""
 
-    model: LlamaGenModel
-    name: str          # the file name as the loader's list shows it, e.g. "embedded/target.safetensors"
-    path: str          # full path of the GPT file
-    vq_path: str       # full path of the VQ tokenizer file
+    model: LlamaGenModel | JanusModel
+    name: str          # as the loader's list shows it, e.g. "embedded/target.safetensors" or "janus/Janus-Pro-7B"
+    path: str          # full path of the GPT file (Janus-Pro: of the model folder)
+    vq_path: str       # full path of the VQ tokenizer file (Janus-Pro: the model folder, which holds the VQ)
 
     @property
     def description(self) -> str:
-        m, cfg = self.model, self.model.gpt.config
+        m = self.model
+        if m.model_type == "janus":
+            text = m.hf.config.text_config
+            return (f"{self.name}: Janus-Pro text-to-image, language model {text.num_hidden_layers} layers x "
+                    f"{text.hidden_size}, {m.image_size} px, grid {m.grid}x{m.grid}, prompts of up to {m.cond_len} "
+                    f"tokens (chat-formatted); VQ in the folder (codebook {m.vocab_size}, {m.downsample}x downsampling); "
+                    f"{str(m.dtype).replace('torch.', '')} on {m.device}")
+        cfg = m.gpt.config
         if m.model_type == "c2i":
             kind, cond = "class-to-image (c2i)", f"{m.num_classes} classes"
         else:
@@ -85,3 +94,10 @@ class Conditioning:
     def batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The prompt repeated for a batch of n: features [n, T, C], mask [n, T]."""
         return self.features.repeat(n, 1, 1), self.mask.repeat(n, 1)
+
+
+@dataclass(frozen=True)
+class JanusPrompt:
+    """One prompt as text, for Janus-Pro: each model formats it (chat turn + image-start) with its own processor."""
+
+    prompt: str

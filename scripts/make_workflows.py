@@ -8,7 +8,9 @@ UI format (workflows/*.json, drag-and-drop / template browser) and API format
 socket types come from the nodes' own schemas (imported with the installed ComfyUI:
 MULOSD_COMFYUI or ~/.cache/mulosd/comfyui), so the UI files match what the frontend
 expects. Preview images (workflows/<name>.png) are screenshots written by
-tests/integration/test_browser.py when MULOSD_UPDATE_PREVIEWS=1.
+tests/integration/test_browser.py when MULOSD_UPDATE_PREVIEWS=1; a graph that has none
+yet gets a schematic drawn here (node boxes, titles, widget values and links), which the
+browser test replaces when previews are refreshed.
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ _ES = presets.EMBEDDED_SAMPLING
 EMBEDDED_SAMPLING = dict(cfg=_ES.cfg_scale, temperature=_ES.temperature, top_k=_ES.top_k, top_p=_ES.top_p)
 C2I_SAMPLING = dict(cfg=4.0, temperature=1.0, top_k=2000, top_p=1.0)     # LlamaGen sample_c2i defaults
 T2I_SAMPLING = dict(cfg=7.5, temperature=1.0, top_k=1000, top_p=1.0)     # LlamaGen sample_t2i defaults
+JANUS_SAMPLING = dict(cfg=5.0, temperature=1.0, top_k=0, top_p=1.0)     # Janus-Pro generation_inference.py defaults
+JANUS_PROMPT = "A stunning princess from kabul in red, white traditional clothing, blue eyes, brown hair"  # its README
 T2I_PROMPT = ("A portrait photo of a kangaroo wearing an orange hoodie and blue sunglasses standing on the grass in "
               "front of the Sydney Opera House holding a sign on the chest that says Welcome Friends!")  # sample_t2i
 
@@ -214,6 +218,29 @@ def llamagen(name: str, note: str, drafter: tuple, target: tuple, vq: str, sampl
     return g
 
 
+def janus_pro() -> Graph:
+    """Janus-Pro-1B drafts for Janus-Pro-7B at the same resolution (r = 1): no upsampler, whole-token drafts."""
+    g = Graph("janus_pro_1b_to_7b", "Janus-Pro: Janus-Pro-1B drafts for Janus-Pro-7B at the same resolution (384 px, "
+                                    "24x24 tokens, r = 1; both share one VQ). The two HuggingFace folders "
+                                    "(deepseek-community/Janus-Pro-1B and -7B: config.json, safetensors, tokenizer and "
+                                    "processor files) go in ComfyUI/models/mulosd/janus/. The prompt is text: each model "
+                                    "formats it itself.")
+    t = g.add("MuLoSDLoadJanus", (0, 0), "Load Janus-Pro (target)", model_name="janus/Janus-Pro-7B", device="auto",
+              dtype="auto")
+    d = g.add("MuLoSDLoadJanus", (0, 200), "Load Janus-Pro (drafter)", model_name="janus/Janus-Pro-1B", device="auto",
+              dtype="auto")
+    text = g.add("MuLoSDJanusPrompt", (0, 400), prompt=JANUS_PROMPT)
+    ver = g.add("MuLoSDLocalVerifier", (0, 640), **VERIFIER)
+    common = dict(class_id=0, seed=0, **JANUS_SAMPLING, conditioning=text[0])
+    mulo = g.add("MuLoSDSampler", (360, 0), drafter=d[0], target=t[0], verifier=ver[0], **common,
+                 **(MULO | {"parallel_window": 0}), batch_size=1)
+    ar = g.add("MuLoSDARSampler", (360, 560), target=t[0], **common, batch_size=1, mode="ar", zipar_window=8,
+               sjd_window=16)
+    outputs(g, mulo, 720, 0, "mulo")
+    outputs(g, ar, 720, 560, "ar", maps=False)
+    return g
+
+
 def graphs() -> list[Graph]:
     return [
         embedded_vs_ar(),
@@ -227,6 +254,7 @@ def graphs() -> list[Graph]:
         llamagen("llamagen_c2i", "LlamaGen c2i: c2i_L_256 drafts at 192 px (12x12 tokens) for c2i_XL_384 at 384 px "
                  "(24x24), r = 2. Class 207 = golden retriever.",
                  ("c2i_L_256.pt", 192), ("c2i_XL_384.pt", 384), "vq_ds16_c2i.pt", C2I_SAMPLING, 207),
+        janus_pro(),
     ]
 
 
@@ -239,11 +267,92 @@ def render() -> dict[Path, str]:
     return files
 
 
+# ------------------------------------------------------------------------ schematic previews
+CORE_TITLES = {"SaveImage": "Save Image", "PreviewImage": "Preview Image", "PreviewAny": "Preview Any"}
+
+
+def schematic(g: Graph, specs: dict, size: tuple[int, int] = (800, 500)):
+    """A drawing of the UI graph (node boxes with titles and widget values, links), for a graph without a screenshot."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    titles = dict(CORE_TITLES)
+    titles.update({cls.GET_SCHEMA().node_id: cls.GET_SCHEMA().display_name for cls in import_nodes().NODES})
+    ui = g.ui(specs)
+    nodes = {n["id"]: n for n in ui["nodes"]}
+    head = 30  # title bar height, graph units
+    x0 = min(n["pos"][0] for n in nodes.values())
+    y0 = min(n["pos"][1] for n in nodes.values()) - head
+    x1 = max(n["pos"][0] + n["size"][0] for n in nodes.values())
+    y1 = max(n["pos"][1] + n["size"][1] for n in nodes.values())
+    ss, pad = 2, 24                                    # drawn at 2x, then reduced (smooth edges and text)
+    W, H = size[0] * ss, size[1] * ss
+    k = min((W - 2 * pad) / (x1 - x0), (H - 2 * pad) / (y1 - y0))
+    ox, oy = (W - k * (x1 - x0)) / 2 - k * x0, (H - k * (y1 - y0)) / 2 - k * y0
+
+    def at(x, y):
+        return ox + k * x, oy + k * y
+
+    img = Image.new("RGB", (W, H), (32, 32, 32))
+    draw = ImageDraw.Draw(img)
+    title_font = ImageFont.load_default(size=max(8, round(17 * k)))
+    text_font = ImageFont.load_default(size=max(7, round(14 * k)))
+    colours = {"MULOSD_MODEL": (120, 170, 255), "MULOSD_CONDITIONING": (255, 200, 90),
+               "MULOSD_VERIFIER": (190, 140, 255), "MULOSD_UPSAMPLER": (120, 220, 200), "IMAGE": (100, 200, 120),
+               "STRING": (220, 130, 130)}
+    for _, src, src_slot, dst, dst_slot, t in ui["links"]:
+        a, b = nodes[src], nodes[dst]
+        p = at(a["pos"][0] + a["size"][0], a["pos"][1] + 14 + 24 * src_slot)
+        q = at(b["pos"][0], b["pos"][1] + 14 + 24 * dst_slot)
+        mid = (p[0] + q[0]) / 2
+        draw.line([p, (mid, p[1]), (mid, q[1]), q], fill=colours.get(t, (170, 170, 170)), width=max(2, round(3 * k)))
+    for n in nodes.values():
+        (x, y), (w, h) = n["pos"], n["size"]
+        draw.rounded_rectangle([at(x, y - head), at(x + w, y + h)], radius=max(2, round(8 * k)), fill=(53, 53, 53),
+                               outline=(20, 20, 20), width=2)
+        draw.rounded_rectangle([at(x, y - head), at(x + w, y)], radius=max(2, round(8 * k)), fill=(72, 72, 80))
+        draw.text(at(x + 10, y - head + 6), n.get("title") or titles.get(n["type"], n["type"]), font=title_font,
+                  fill=(235, 235, 235))
+        lines = [s["name"] for s in n["inputs"]]
+        ins = [i for i in specs[n["type"]][0] if i[2]]
+        values = iter(n["widgets_values"])
+        for name, *_rest, control in ins:
+            value = next(values)
+            if control:
+                next(values)
+            lines.append(f"{name}: {value}")
+        out_width = [0.0] * max(len(lines), len(n["outputs"]))
+        for i, out in enumerate(n["outputs"]):
+            right = at(x + w - 12, y + 6 + 24 * i)
+            out_width[i] = draw.textlength(out["name"], font=text_font)
+            draw.text((right[0] - draw.textlength(out["name"], font=text_font), right[1]), out["name"], font=text_font,
+                      fill=(150, 190, 255))
+        for i, line in enumerate(lines):
+            if 14 + 24 * (i + 1) > h:
+                break
+            room = k * (w - 24) - out_width[i] - (12 * k if out_width[i] else 0)
+            if draw.textlength(line, font=text_font) > room:
+                while line and draw.textlength(line + "...", font=text_font) > room:
+                    line = line[:-1]
+                line += "..."
+            draw.text(at(x + 12, y + 6 + 24 * i), line, font=text_font, fill=(200, 200, 200) if i >= len(n["inputs"])
+                      else (150, 190, 255))
+    return img.resize(size, Image.LANCZOS)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the files instead of writing them")
     a = ap.parse_args()
     stale = []
+    specs = node_specs()
+    for g in graphs():
+        preview = OUT / f"{g.name}.png"
+        if not any((OUT / f"{g.name}{ext}").exists() for ext in (".png", ".jpg")):
+            if a.check:
+                stale.append(f"{preview.relative_to(ROOT)} (missing)")
+            else:
+                schematic(g, specs).save(preview)
+                print(f"wrote {preview.relative_to(ROOT)} (schematic)")
     for path, text in render().items():
         if a.check:
             if not path.exists() or path.read_text() != text:

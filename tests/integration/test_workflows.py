@@ -20,6 +20,8 @@ NODES = {
     "MuLoSDLoadDrafter": ["model_name", "vq_name", "image_size", "device", "dtype"],
     "MuLoSDLoadTextEncoder": ["encoder_name", "device", "dtype", "offload"],
     "MuLoSDTextPrompt": ["text_encoder", "prompt"],
+    "MuLoSDLoadJanus": ["model_name", "device", "dtype"],
+    "MuLoSDJanusPrompt": ["prompt"],
     "MuLoSDUpsampler": ["kind", "ratio", "filter"],
     "MuLoSDLocalVerifier": ["rule", "tau", "k_neighbours", "expansion_radius", "rejection", "resampling", "lantern_delta"],
     "MuLoSDSampler": ["drafter", "target", "class_id", "seed", "cfg", "temperature", "top_k", "top_p", "parallel_window",

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
-LOADERS = ("MuLoSDLoadTarget", "MuLoSDLoadDrafter")
+LOADERS = ("MuLoSDLoadTarget", "MuLoSDLoadDrafter", "MuLoSDLoadJanus")  # nodes whose model_name names a model to load
 
 
 def ui_workflows() -> dict[str, dict]:

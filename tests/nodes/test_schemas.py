@@ -12,6 +12,8 @@ EXPECTED = {
     "MuLoSDLoadDrafter": "Load Drafter",
     "MuLoSDLoadTextEncoder": "Load Text Encoder",
     "MuLoSDTextPrompt": "MuLo-SD Text Prompt",
+    "MuLoSDLoadJanus": "Load Janus-Pro",
+    "MuLoSDJanusPrompt": "Janus Prompt",
     "MuLoSDUpsampler": "Upsampler",
     "MuLoSDLocalVerifier": "Local Verifier",
     "MuLoSDSampler": "MuLo-SD Sampler",
