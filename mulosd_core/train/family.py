@@ -57,9 +57,9 @@ class Preset:
     classifier_steps: int | None = None
     pool: int = 36000
     gpts: list[GPTStage] = field(default_factory=lambda: [
-        GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=9000, batch=16),
-        GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=6000, batch=32),
-        GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=2000, batch=16),
+        GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=6000, batch=16),
+        GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=12000, batch=32),
+        GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16),
     ])
 
 
