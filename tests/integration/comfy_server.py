@@ -303,6 +303,16 @@ class WsListener:
         self.messages.append(msg)
         return msg
 
+    def wait_progress(self, prompt_id: str, node_id: str, timeout: float = 120.0) -> bool:
+        """Wait for the first progress message of `node_id` in this prompt; False when none came in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.recv(1.0)
+            if msg and msg["type"] == "progress" and msg["data"].get("prompt_id") == prompt_id \
+                    and msg["data"]["node"] == node_id:
+                return True
+        return False
+
     def collect(self, prompt_id: str, timeout: float = 120.0) -> list[dict]:
         """Messages until this prompt ends (success, error or interrupt)."""
         deadline = time.monotonic() + timeout

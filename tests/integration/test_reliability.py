@@ -170,12 +170,7 @@ def test_cancelled_run_leaves_the_next_identical_run_unchanged(comfy_server, inf
         status, body = comfy_server.queue(prompt, client_id=ws.client_id)
         assert status == 200, body
         pid = body["prompt_id"]
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            msg = ws.recv(1.0)
-            if msg and msg["type"] == "progress" and msg["data"].get("prompt_id") == pid and msg["data"]["node"] == "3":
-                break
-        else:
+        if not ws.wait_progress(pid, "3", timeout=120):
             pytest.fail("the sampler never reported progress")
         comfy_server.interrupt(pid)
         rest = ws.collect(pid, timeout=60)

@@ -186,12 +186,7 @@ def test_interrupt_stops_a_run_and_the_next_run_succeeds(comfy_server):
         status, body = comfy_server.queue(prompt, client_id=ws.client_id)
         assert status == 200, body
         pid = body["prompt_id"]
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            msg = ws.recv(1.0)
-            if msg and msg["type"] == "progress" and msg["data"].get("prompt_id") == pid and msg["data"]["node"] == ar:
-                break
-        else:
+        if not ws.wait_progress(pid, ar, timeout=120):
             pytest.fail("the AR sampler never reported progress")
         t0 = time.monotonic()
         comfy_server.interrupt(pid)
