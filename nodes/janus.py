@@ -24,8 +24,8 @@ from comfy_api.latest import io
 
 from mulosd_core.models.janus import DEFAULT_MAX_PROMPT_TOKENS, JanusModel, load_janus
 
-from .loaders import DEVICES, FOLDER, resolve_device
-from .text import DTYPES, resolve_dtype
+from .loaders import DEVICES, FOLDER, folder_stamp, resolve_device
+from .text import DTYPES, resolve_dtype, validate_prompt
 from .types import JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel
 
 log = logging.getLogger("mulosd.nodes")
@@ -67,13 +67,6 @@ def janus_folders() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def _stamp(path: str) -> tuple:
-    """The folder and the times and sizes of its config and weights: a changed file is loaded again."""
-    files = sorted(n for n in os.listdir(path) if n == "config.json" or n.endswith(".safetensors"))
-    stats = [(n, os.stat(os.path.join(path, n))) for n in files]
-    return (os.path.realpath(path),) + tuple((n, st.st_mtime_ns, st.st_size) for n, st in stats)
-
-
 def _missing(name, folders: dict) -> str:
     return (f"model_name: expected one of the {len(folders)} Janus-Pro folders (a folder with a config.json of "
             f"model_type 'janus', safetensors weights and processor files, e.g. ComfyUI/models/mulosd/{DEFAULT_MODEL}) "
@@ -87,7 +80,7 @@ def load(model_name: str, device: str, dtype: str) -> ModelHandle:
         raise ValueError(_missing(model_name, folders))
     path, dev = folders[model_name], resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    key = (_stamp(path), str(dev), dt)
+    key = (folder_stamp(path), str(dev), dt)
     model = _models.get(key)
     if model is None:
         model = load_janus(path, dev, dt, name=model_name)
@@ -167,12 +160,7 @@ class MuLoSDJanusPrompt(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, prompt=None) -> bool | str:
-        try:
-            if prompt is not None:
-                check_prompt(prompt)
-        except ValueError as e:
-            return str(e)
-        return True
+        return validate_prompt(check_prompt, prompt)
 
     @classmethod
     def execute(cls, prompt: str) -> io.NodeOutput:

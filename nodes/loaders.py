@@ -72,6 +72,12 @@ def _stamp(path: str) -> tuple:
     return os.path.realpath(path), st.st_mtime_ns, st.st_size
 
 
+def folder_stamp(path: str) -> tuple:
+    """A model folder and the times and sizes of its config and weights: a changed file is loaded again."""
+    files = sorted(n for n in os.listdir(path) if n == "config.json" or n.endswith((".safetensors", ".bin")))
+    return (os.path.realpath(path),) + tuple(_stamp(os.path.join(path, n))[1:] + (n,) for n in files)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return comfy.model_management.get_torch_device()

@@ -20,7 +20,7 @@ from comfy_api.latest import io
 
 from mulosd_core.models.text_encoder import T5CaptionEncoder, clean_caption
 
-from .loaders import DEVICES, FOLDER, resolve_device
+from .loaders import DEVICES, FOLDER, folder_stamp, resolve_device
 from .types import Conditioning, MulosdConditioning, MulosdTextEncoder, TextEncoderHandle
 
 log = logging.getLogger("mulosd.nodes")
@@ -64,11 +64,6 @@ def encoder_folders() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def _stamp(path: str) -> tuple:
-    cfg = os.stat(os.path.join(path, "config.json"))
-    return os.path.realpath(path), cfg.st_mtime_ns
-
-
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in DTYPES:
         raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {name!r}")
@@ -85,7 +80,7 @@ def load_encoder(encoder_name: str, device: str, dtype: str, offload: bool) -> T
         raise ValueError(_missing(encoder_name, folders))
     path, dev = folders[encoder_name], resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    key = (_stamp(path), dt)
+    key = (folder_stamp(path), dt)
     encoder = _encoders.get(key)
     home = torch.device("cpu") if offload else dev
     if encoder is None:
@@ -104,6 +99,17 @@ def check_prompt(prompt) -> None:
     if not isinstance(prompt, str) or not clean_caption(prompt):
         raise ValueError(f"prompt: expected a caption for the text-to-image model (non-empty text; use cfg, not an "
                          f"empty prompt, for unconditional guidance), got {prompt!r}")
+
+
+def validate_prompt(check, prompt) -> bool | str:
+    """A prompt node's validate_inputs answer: True, or the message of the ValueError `check` raises."""
+    if prompt is None:
+        return True
+    try:
+        check(prompt)
+    except ValueError as e:
+        return str(e)
+    return True
 
 
 def encode(handle: TextEncoderHandle, prompt: str) -> Conditioning:
@@ -186,12 +192,7 @@ class MuLoSDTextPrompt(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, prompt=None) -> bool | str:
-        try:
-            if prompt is not None:
-                check_prompt(prompt)
-        except ValueError as e:
-            return str(e)
-        return True
+        return validate_prompt(check_prompt, prompt)
 
     @classmethod
     def execute(cls, text_encoder: TextEncoderHandle, prompt: str) -> io.NodeOutput:
