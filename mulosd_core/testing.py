@@ -48,3 +48,21 @@ def tiny_model(grid: int = 4, seed: int = 0, vq: VQModel | None = None, dtype=to
     vq = vq if vq is not None else tiny_vq(seed + 1000, kw.get("vocab_size", 64))
     gpt = tiny_gpt(seed, vocab_size=vq.config.codebook_size, **kw).to(dtype)
     return LlamaGenModel(gpt, vq, grid * vq.downsample, name=f"tiny{grid}")
+
+
+class CountingModel:
+    """Wraps a model and counts the forward calls (prefill + forward_tokens) the engine really makes."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.calls = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def prefill(self, rows, cache):
+        self.calls += 1
+        return self.inner.prefill(rows, cache)
+
+    def forward_tokens(self, tokens, positions, cache, fed_at=None):
+        self.calls += 1
+        return self.inner.forward_tokens(tokens, positions, cache, fed_at)

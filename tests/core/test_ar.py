@@ -12,14 +12,6 @@ from mulosd_core.testing import tiny_model
 GRID = 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP waits on small shared machines (~50x on convolutions)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
 
 @pytest.fixture(scope="module")
 def model():

@@ -30,20 +30,12 @@ from mulosd_core.engine import (
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
 from mulosd_core.schedules import parallel_draft_nfe, zipar_nfe
-from mulosd_core.testing import randomize_, tiny_model, tiny_vq
+from mulosd_core.testing import CountingModel, randomize_, tiny_model, tiny_vq
 from mulosd_core.upsample import UpsamplerConfig
 
 V = 16
 GREEDY = SamplingConfig(cfg_scale=1.0, temperature=0.0)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """The CI box has 2 cores shared with other jobs: tiny models run fastest on one thread."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -57,23 +49,6 @@ def noisy_copy(model: LlamaGenModel, noise: float, seed: int) -> LlamaGenModel:
             p.add_(noise * torch.randn(p.shape, generator=g))
     return LlamaGenModel(gpt, model.vq, model.image_size, name=f"{model.name}-noisy")
 
-
-class Counting:
-    """Model wrapper that counts the forward calls the engine really makes."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.calls = inner, 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def prefill(self, rows, cache):
-        self.calls += 1
-        return self.inner.prefill(rows, cache)
-
-    def forward_tokens(self, tokens, positions, cache, fed_at=None):
-        self.calls += 1
-        return self.inner.forward_tokens(tokens, positions, cache, fed_at)
 
 
 class Spliced:
@@ -295,7 +270,7 @@ def test_tau_above_one_is_ar_sampling(models, seed, batch, cfg, drafter, resampl
 # ----------------------------------------------------------------------------- ZipAR and SJD
 @pytest.mark.parametrize("window,cfg", [(1, 1.0), (2, 3.0), (3, 1.0), (4, 1.0), (8, 3.0)])
 def test_zipar_calls_match_formula(target4, window, cfg):
-    target = Counting(target4)
+    target = CountingModel(target4)
     sampling = SamplingConfig(cfg_scale=cfg, temperature=1.0)
     method = MethodConfig(method="zipar", zipar_window=window)
     res = generate(target, torch.tensor([1, 8]), sampling, method, seed=3, decode=False)
@@ -309,7 +284,7 @@ def test_zipar_calls_match_formula(target4, window, cfg):
 
 @pytest.mark.parametrize("window,batch,cfg", [(1, 1, 1.0), (3, 2, 3.0), (16, 2, 1.0)])
 def test_sjd_iterations_and_calls(target4, window, batch, cfg):
-    target = Counting(target4)
+    target = CountingModel(target4)
     sampling = SamplingConfig(cfg_scale=cfg, temperature=1.0)
     iterations: list[int] = []
     res = generate(target, torch.tensor([4, 6][:batch]), sampling, MethodConfig(method="sjd", sjd_window=window),
@@ -352,7 +327,7 @@ def _drafter_calls_expected(low_rows: int, width: int, rows_per_step: int, windo
 
 @pytest.mark.parametrize("rows,window", [(2, 1), (2, 3), (4, 1), (4, 2), (3, 0)])
 def test_parallel_drafting_calls_match_formula(target8, low4, rows, window):
-    drafter = Counting(low4)
+    drafter = CountingModel(low4)
     method = spec(rule="mulo", tau=0.5, k=8, rejection="local", rows_per_step=rows, parallel_window=window)
     res = generate(target8, torch.tensor([3, 5]), SamplingConfig(), method, drafter=drafter, seed=10, decode=False)
     assert res.stats.drafter_calls == drafter.calls == _drafter_calls_expected(4, 4, rows, window)
@@ -390,7 +365,7 @@ def test_local_rejection_is_batch_invariant(models, drafter, resampling, radius,
                                                          ("raster", "islands", 2), ("local", "islands", "same"),
                                                          ("raster", "serial", "same")])
 def test_statistics_add_up(models, rejection, resampling, drafter):
-    target, draft_model = Counting(models[4]), Counting(models[drafter])
+    target, draft_model = CountingModel(models[4]), CountingModel(models[drafter])
     B, N = 2, 16
     method = spec(rule="mulo", tau=0.5, k=8, radius=1, rejection=rejection, resampling=resampling)
     res = generate(target, torch.tensor([1, 2]), SamplingConfig(cfg_scale=2.0), method, drafter=draft_model, seed=4,
@@ -428,7 +403,7 @@ def test_statistics_add_up(models, rejection, resampling, drafter):
     (2, 2, 1, 0),        # r = 2, two drafter rows: the whole grid in one step
 ])
 def test_oracle_accepts_everything(models, rejection, drafter, rows, chunks, bonuses):
-    target, B = Counting(models[4]), 2
+    target, B = CountingModel(models[4]), 2
     method = spec(rule="mulo", tau=1.05, rejection=rejection, rows_per_step=rows, oracle=True)
     res = generate(target, torch.tensor([1, 2]), SamplingConfig(), method, drafter=models[drafter], seed=0,
                    decode=False)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,19 +24,11 @@ from mulosd_core.engine import (
     generate,
 )
 from mulosd_core.sampling import SamplingConfig
-from mulosd_core.testing import tiny_model, tiny_vq
+from mulosd_core.testing import CountingModel, tiny_model, tiny_vq
 from mulosd_core.upsample import KINDS, UpsamplerConfig
 
 VOCAB = 16
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """The CI box has 2 cores shared with other jobs: tiny models run fastest on one thread."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @functools.cache
@@ -49,23 +40,6 @@ def _vq():
 def _model(grid: int, seed: int):
     return tiny_model(grid, seed, vq=_vq(), dim=16, n_head=2, n_layer=1)
 
-
-class _Counting:
-    """Model wrapper counting the forward calls the engine really makes."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.calls = inner, 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def prefill(self, rows, cache):
-        self.calls += 1
-        return self.inner.prefill(rows, cache)
-
-    def forward_tokens(self, tokens, positions, cache, fed_at=None):
-        self.calls += 1
-        return self.inner.forward_tokens(tokens, positions, cache, fed_at)
 
 
 def map_codes(maps: torch.Tensor) -> torch.Tensor:
@@ -115,7 +89,7 @@ def configs(draw):
 @given(configs())
 def test_engine_random_configurations(cfg):
     grid, r, method, sampling, B, seed = cfg
-    target, drafter = _Counting(_model(grid, 1)), _Counting(_model(grid // r, 2))
+    target, drafter = CountingModel(_model(grid, 1)), CountingModel(_model(grid // r, 2))
     labels = torch.arange(B) + 3
     snapshots: list[tuple[int, torch.Tensor]] = []
     res = generate(target, labels, sampling, method, drafter=drafter, seed=seed, decode=False,

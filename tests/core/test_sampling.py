@@ -10,14 +10,6 @@ import torch
 from mulosd_core.sampling import SamplingConfig, Streams, cfg_combine, process_logits, sample_tokens
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP waits on small shared machines (~50x on convolutions)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
 
 def _naive_upstream_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
     """Row-by-row, list-based statement of upstream's sample(): /max(T, 1e-5), top-k, top-p, softmax."""

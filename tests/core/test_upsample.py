@@ -8,18 +8,11 @@ import torch
 
 from mulosd_core.engine import MethodConfig, VerifierConfig, check_pair, generate
 from mulosd_core.sampling import SamplingConfig
-from mulosd_core.testing import tiny_model, tiny_vq
+from mulosd_core.testing import CountingModel, tiny_model, tiny_vq
 from mulosd_core.upsample import KINDS, UpsamplerConfig, resolution_ratio, upsample_rows
 
 V = 16
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")
@@ -129,26 +122,11 @@ def _method(rule="mulo", parallel_window=0, ratio=None) -> MethodConfig:
                         parallel_window=parallel_window, rows_per_step=2)
 
 
-class _Counting:
-    def __init__(self, inner) -> None:
-        self.inner, self.calls = inner, 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def prefill(self, rows, cache):
-        self.calls += 1
-        return self.inner.prefill(rows, cache)
-
-    def forward_tokens(self, *a, **kw):
-        self.calls += 1
-        return self.inner.forward_tokens(*a, **kw)
-
 
 def _pair_error(target, drafter, method, match):
     with pytest.raises(ValueError, match=match):
         check_pair(target, drafter, method)
-    t, d = _Counting(target), _Counting(drafter)   # generate fails the same way, before any model runs
+    t, d = CountingModel(target), CountingModel(drafter)   # generate fails the same way, before any model runs
     with pytest.raises(ValueError, match=match):
         generate(t, torch.tensor([0]), SamplingConfig(), method, drafter=d, decode=False)
     assert t.calls == 0 and d.calls == 0

@@ -14,14 +14,6 @@ from mulosd_core.train.classifier import (
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny convs on a shared CPU: one thread avoids 10x slowdowns from descheduled pool threads."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _tiny_preset(**kw) -> TrainPreset:
     return TrainPreset(batch_size=8, warmup=1, eval_per_class=1, **kw)
