@@ -9,19 +9,20 @@ same classes and seeds (sample i: class i % NUM_CLASSES, seed i; methods interle
   1. tau x k     tau in TAUS, k in KS (l, w at the preset defaults)
   2. radius l    l in RADII with the chosen tau, k
   3. window w    w in WINDOWS (parallel drafting window) with the chosen tau, k, l
-  4. LANTERN     delta in DELTAS (k = presets.LANTERN_K)
-  5. grid size   (--grid-experiment) AR and MuLo-SD at the chosen defaults with the target at other
+  4. rows        low-res rows drafted per step in ROWS with the chosen tau, k, l, w
+  5. LANTERN     delta in DELTAS (k = presets.LANTERN_K)
+  6. grid size   (--grid-experiment) AR and MuLo-SD at the chosen defaults with the target at other
                  token grids (drafter at half). The embedded models are trained at ONE grid; the
                  2D RoPE lets them run at others but their quality there is unknown and likely poor:
                  rows at non-native grids are labelled "untrained grid" and are not a quality claim.
 
-Selection rule (applied in stages 1-4, against that stage's own AR runs):
+Selection rule (applied in stages 1-5, against that stage's own AR runs):
   a setting qualifies when its classifier accuracy >= AR accuracy - 0.03 (3 points) and its
   Frechet distance (classifier features vs real samples) <= 1.15 x AR's FD (within 15%);
   the chosen setting is the qualifying one with the highest wall-time speed-up over AR
   (median AR s/image / median setting s/image). When no setting qualifies, the preset's current
   value is kept and the output says so. Stages are chosen greedily (tau and k jointly, then l,
-  then w), each building on the earlier choices. With fewer than 2 samples FD is undefined and
+  then w, then rows), each building on the earlier choices. With fewer than 2 samples FD is undefined and
   only the accuracy condition applies.
 
 Writes <out>/sweep-<models>[-quick].json and .md and prints the chosen defaults (to be copied into
@@ -56,9 +57,10 @@ TAUS = (0.05, 0.1, 0.2, 0.3, 0.45, 0.6)
 KS = (1, 4, 8, 16, 32)
 RADII = (0, 1, 2)
 WINDOWS = (1, 2, 4, 8)
+ROWS = (1, 2, 4, 8)
 DELTAS = (0.05, 0.1, 0.2, 0.4)
 GRID_FACTORS = (1.0, 1.5, 2.0)
-QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), deltas=(0.1, 0.4))
+QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), rows=(1, 2), deltas=(0.1, 0.4))
 ACC_TOL = 0.03          # accuracy may drop at most 3 points below AR's
 FD_TOL = 0.15           # FD may be at most 15% above AR's
 RULE = (f"fastest setting (highest median-wall-time speed-up over AR of the same stage) whose classifier accuracy "
@@ -108,9 +110,9 @@ def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, Metho
     return {"ar": ar, "rows": rows, "chosen": best["label"] if best else None}
 
 
-def _mulo(tau: float, k: int, radius: int, window: int) -> MethodConfig:
+def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS) -> MethodConfig:
     base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius)
-    return replace(base, parallel_window=window)
+    return replace(base, parallel_window=window, rows_per_step=rows)
 
 
 def _lantern(delta: float) -> MethodConfig:
@@ -124,11 +126,11 @@ def _at_grid(model: LlamaGenModel, grid: int, name: str) -> LlamaGenModel:
 
 def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
           progress: bool = True) -> dict:
-    g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, deltas=DELTAS)
+    g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, deltas=DELTAS)
     n_boot_fd = C.N_BOOT_FD_QUICK if quick else C.N_BOOT_FD
     real = C.real_features(models, samples)
     stages: dict[str, dict] = {}
-    cur = dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW)
+    cur = dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS)
     kept: list[str] = []
 
     def stage(name: str, settings: dict) -> dict | None:
@@ -141,18 +143,22 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
             kept.append(name)
         return best
 
-    best = stage("tau_k", {f"tau={t} k={k}": (dict(tau=t, k=k), _mulo(t, k, cur["radius"], cur["window"]), "low")
+    best = stage("tau_k", {f"tau={t} k={k}": (dict(tau=t, k=k), _mulo(t, k, cur["radius"], cur["window"], cur["rows"]), "low")
                            for t in g["taus"] for k in g["ks"]})
     if best:
         cur.update(tau=best["params"]["tau"], k=best["params"]["k"])
-    best = stage("radius", {f"l={l}": (dict(radius=l), _mulo(cur["tau"], cur["k"], l, cur["window"]), "low")
+    best = stage("radius", {f"l={l}": (dict(radius=l), _mulo(cur["tau"], cur["k"], l, cur["window"], cur["rows"]), "low")
                             for l in g["radii"]})
     if best:
         cur.update(radius=best["params"]["radius"])
-    best = stage("window", {f"w={w}": (dict(window=w), _mulo(cur["tau"], cur["k"], cur["radius"], w), "low")
+    best = stage("window", {f"w={w}": (dict(window=w), _mulo(cur["tau"], cur["k"], cur["radius"], w, cur["rows"]), "low")
                             for w in g["windows"]})
     if best:
         cur.update(window=best["params"]["window"])
+    best = stage("rows", {f"rows={n}": (dict(rows=n), _mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], n), "low")
+                          for n in g["rows"]})
+    if best:
+        cur.update(rows=best["params"]["rows"])
     delta = P.LANTERN_DELTA
     best = stage("lantern", {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]})
     if best:
@@ -167,7 +173,7 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
                                     drafter=_at_grid(models.drafter, gt // 2, f"drafter@{gt // 2}"))
             n = max(2, samples // 2)
             methods = {"ar": (MethodConfig(method="ar"), None),
-                       "mulo_islands": (_mulo(cur["tau"], cur["k"], cur["radius"], cur["window"]), "low")}
+                       "mulo_islands": (_mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"]), "low")}
             t0 = time.perf_counter()
             raw = C.run_methods(m, methods, n, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:grid{gt}")
             summ = C.summarise(raw, methods, C.real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
@@ -176,10 +182,11 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
                           "seconds": time.perf_counter() - t0,
                           **{meth: {k: summ[meth][k] for k in KEEP} for meth in methods}})
     chosen = {"MULO_TAU": cur["tau"], "MULO_K": cur["k"], "MULO_RADIUS": cur["radius"], "MULO_WINDOW": cur["window"],
-              "LANTERN_DELTA": delta}
+              "MULO_ROWS": cur["rows"], "LANTERN_DELTA": delta}
     return {"stages": stages, "grid_experiment": grids, "chosen": chosen, "kept_preset_value_in": kept,
             "preset_before": {"MULO_TAU": P.MULO_TAU, "MULO_K": P.MULO_K, "MULO_RADIUS": P.MULO_RADIUS,
-                              "MULO_WINDOW": P.MULO_WINDOW, "LANTERN_DELTA": P.LANTERN_DELTA}}
+                              "MULO_WINDOW": P.MULO_WINDOW, "MULO_ROWS": P.MULO_ROWS,
+                              "LANTERN_DELTA": P.LANTERN_DELTA}}
 
 
 def markdown(res: dict) -> str:

@@ -1,0 +1,21 @@
+"""The sweep end to end on random tiny models: every stage runs, each setting is timed against its
+own stage's AR, and the chosen defaults name every preset constant the sweep owns."""
+import json
+
+from bench import sweep as S
+from mulosd_core import presets as P
+
+
+def test_quick_sweep_writes_every_stage(tmp_path):
+    assert S.main(["--quick", "--models", "tiny", "--out", str(tmp_path), "--no-progress"]) == 0
+    res = json.loads((tmp_path / "sweep-tiny-quick.json").read_text())
+    stages = res["sweep"]["stages"]
+    assert list(stages) == ["tau_k", "radius", "window", "rows", "lantern"]
+    assert [r["params"]["rows"] for r in stages["rows"]["rows"]] == list(S.QUICK["rows"])
+    for s in stages.values():
+        assert s["ar"]["wall_seconds_median"] > 0
+        assert sum(r["chosen"] for r in s["rows"]) == (s["chosen"] is not None)
+    chosen = res["sweep"]["chosen"]
+    assert set(chosen) == {"MULO_TAU", "MULO_K", "MULO_RADIUS", "MULO_WINDOW", "MULO_ROWS", "LANTERN_DELTA"}
+    assert res["sweep"]["preset_before"]["MULO_ROWS"] == P.MULO_ROWS
+    assert "## rows" in (tmp_path / "sweep-tiny-quick.md").read_text()
