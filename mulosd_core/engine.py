@@ -506,8 +506,16 @@ def generate(target: ImageARModel, cond, sampling: SamplingConfig, method: Metho
         raise ValueError("the speculative method needs a drafter model")
     batch = len(cond)
     check_fits(batch, sampling.uses_cfg, target, drafter if method.method == "speculative" else None)
-    with cache_scope(), out_of_memory_advice(target, batch):
-        return _generate(target, cond, sampling, method, drafter, seed, mask, progress, decode)
+    models = [target] + ([drafter] if method.method == "speculative" else [])
+    gpus = sorted({m.device for m in models if m.device.type == "cuda"}, key=str)
+    for dev in gpus:
+        torch.cuda.reset_peak_memory_stats(dev)
+    with cache_scope() as caches, out_of_memory_advice(target, batch):
+        res = _generate(target, cond, sampling, method, drafter, seed, mask, progress, decode)
+        res.stats.cache_bytes = sum(c.allocated_bytes for c in caches)
+    res.stats.peak_memory_by_device = {str(dev): int(torch.cuda.max_memory_allocated(dev)) for dev in gpus}
+    res.stats.peak_memory_bytes = sum(res.stats.peak_memory_by_device.values())
+    return res
 
 
 def _generate(target, cond, sampling, method, drafter, seed, mask, progress, decode) -> GenerationResult:
@@ -517,8 +525,6 @@ def _generate(target, cond, sampling, method, drafter, seed, mask, progress, dec
         return res
     t0 = time.perf_counter()
     stats = RunStats(method=method.method, tokens=target.num_tokens)
-    if torch.cuda.is_available() and target.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(target.device)
     with torch.inference_mode():
         if method.method == "speculative":
             tokens, codes = _Speculative(target, drafter, cond, sampling, method, seed, mask, stats, progress).run()
@@ -531,7 +537,5 @@ def _generate(target, cond, sampling, method, drafter, seed, mask, progress, dec
         if decode:
             with stats.timer("decode"):
                 images = target.decode(tokens)
-    if target.device.type == "cuda":
-        stats.peak_memory_bytes = int(torch.cuda.max_memory_allocated(target.device))
     stats.seconds["total"] = time.perf_counter() - t0
     return GenerationResult(tokens, images, stats, acceptance_map(codes, target.grid))

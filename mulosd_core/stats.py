@@ -19,7 +19,9 @@ class RunStats:
     steps: int = 0                  # decoding steps (chunks)
     largest_island: list[int] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: {"total": 0.0})
-    peak_memory_bytes: int = 0
+    peak_memory_bytes: int = 0      # CUDA: peak allocated during the run, summed over the GPUs it used; 0 on CPU
+    peak_memory_by_device: dict[str, int] = field(default_factory=dict)   # the same per CUDA device
+    cache_bytes: int = 0            # KV caches the run allocated, all models, any device (what a run adds to weights)
 
     @contextmanager
     def timer(self, part: str):

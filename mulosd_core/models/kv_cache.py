@@ -23,6 +23,7 @@ def cache_scope() -> Iterator[list["KVCache"]]:
     releasing the tensors here frees the memory whatever still refers to the cache objects.
     """
     caches: list[KVCache] = []
+    outer = _scope.get()
     token = _scope.set(caches)
     try:
         yield caches
@@ -30,6 +31,8 @@ def cache_scope() -> Iterator[list["KVCache"]]:
         _scope.reset(token)
         for c in caches:
             c.release()
+        if outer is not None:       # a nested scope's caches count for the enclosing run too
+            outer.extend(caches)
 
 
 def round_up(n: int, k: int) -> int:
@@ -48,6 +51,7 @@ class KVCache:
         self._causal: torch.Tensor | None = None  # [L, L] key j visible to query p iff j <= p (built on first use)
         self._all_own_valid = True  # every written slot is valid, so "own slot" adds nothing to the mask
         self.released = False
+        self.allocated_bytes = self.nbytes() + self.valid.numel() * self.valid.element_size()
         scope = _scope.get()
         if scope is not None:
             scope.append(self)

@@ -127,3 +127,19 @@ def test_successful_runs_release_their_caches_too(caches):
     for name in METHODS:
         run(name)
     assert caches and all(c.released for c in caches)
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_stats_report_the_cache_memory_the_run_allocated(caches, name):
+    """cache_bytes counts every KV cache of the run (the AR sampler's nested scope included), so a
+    CPU run reports its memory too; peak_memory_* stay CUDA-only and are empty here."""
+    res = run(name)
+    target, drafter = _pair()
+    rows = 2 * 2                                     # batch 2, CFG doubles the rows
+    models = [target, drafter] if name == "speculative" else [target]
+    assert caches and res.stats.cache_bytes == sum(c.allocated_bytes for c in caches)
+    assert res.stats.cache_bytes >= sum(m.cache_bytes(rows) for m in models)
+    assert res.stats.cache_bytes <= sum(estimate_bytes(m, 2, True) for m in models)
+    assert res.stats.peak_memory_by_device == {} and res.stats.peak_memory_bytes == 0
+    d = res.stats.to_dict()
+    assert d["cache_bytes"] == res.stats.cache_bytes and d["peak_memory_by_device"] == {}
