@@ -24,7 +24,7 @@ from comfy_api.latest import io
 
 from mulosd_core.models.janus import DEFAULT_MAX_PROMPT_TOKENS, JanusModel, load_janus
 
-from .loaders import DEVICES, FOLDER, folder_stamp, resolve_device
+from .loaders import FOLDER, device_options, folder_stamp, resolve_device
 from .text import DTYPES, resolve_dtype, validate_prompt
 from .types import JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel
 
@@ -114,7 +114,7 @@ class MuLoSDLoadJanus(io.ComfyNode):
                                tooltip="A Janus-Pro folder (config.json, safetensors weights, tokenizer and processor "
                                        "files, e.g. deepseek-community/Janus-Pro-7B) under ComfyUI/models/mulosd, "
                                        "by convention mulosd/janus/Janus-Pro-7B and mulosd/janus/Janus-Pro-1B."),
-                io.Combo.Input("device", options=DEVICES, default="auto",
+                io.Combo.Input("device", options=device_options(), default="auto",
                                tooltip="Where the model runs; auto = ComfyUI's compute device (honours --cpu)."),
                 io.Combo.Input("dtype", options=list(DTYPES), default="auto",
                                tooltip="Weight precision; auto = bfloat16 on CUDA GPUs (as Janus-Pro generates), else "

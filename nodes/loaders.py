@@ -29,6 +29,13 @@ log = logging.getLogger("mulosd.nodes")
 FOLDER = "mulosd"
 EMBEDDED_DIR = registry.EMBEDDED_DIR            # <pack>/models/embedded
 DEVICES = ["auto", "cpu", "cuda", "mps"]
+
+
+def device_options() -> list[str]:
+    """The device choices: DEVICES plus cuda:0, cuda:1, ... when torch sees more than one GPU, so the
+    drafter and the target can sit on different GPUs (or the drafter on the CPU)."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return DEVICES + ([f"cuda:{i}" for i in range(n)] if n > 1 else [])
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CACHE_SIZE = 4
 _models: OrderedDict[tuple, registry.LlamaGenModel] = OrderedDict()
@@ -85,8 +92,17 @@ def resolve_device(name: str) -> torch.device:
         raise ValueError("device: expected a device torch can use; 'cuda' was chosen but torch sees no CUDA GPU (pick auto or cpu)")
     if name == "mps" and not torch.backends.mps.is_available():
         raise ValueError("device: expected a device torch can use; 'mps' was chosen but this machine has no Apple GPU (pick auto or cpu)")
+    if name.startswith("cuda:"):
+        index = name[5:]
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not n:
+            raise ValueError(f"device: expected a device torch can use; {name!r} was chosen but torch sees no CUDA GPU "
+                             "(pick auto or cpu)")
+        if not index.isdigit() or int(index) >= n:
+            raise ValueError(f"device: expected one of the GPUs torch sees (cuda:0 to cuda:{n - 1}), got {name!r}")
+        return torch.device(name)
     if name not in DEVICES:
-        raise ValueError(f"device: expected one of {DEVICES}, got {name!r}")
+        raise ValueError(f"device: expected one of {device_options()}, got {name!r}")
     return torch.device(name)
 
 
@@ -150,8 +166,10 @@ def loader_inputs(default: str, role: str) -> list:
         io.Int.Input("image_size", default=0, min=0, max=4096, step=16,
                      tooltip="Image size in pixels to generate at; the token grid is image_size / the tokenizer's downsampling. "
                              "0 = the size the file records (or the number ending its name, e.g. c2i_XL_384.pt)."),
-        io.Combo.Input("device", options=DEVICES, default="auto",
-                       tooltip="Where the model runs; auto = ComfyUI's compute device (honours --cpu)."),
+        io.Combo.Input("device", options=device_options(), default="auto",
+                       tooltip="Where the model runs; auto = ComfyUI's compute device (honours --cpu). With several "
+                               "GPUs, cuda:N places this model on GPU N, e.g. the drafter on one GPU and the target on "
+                               "another; a small drafter can also run on the cpu."),
         io.Combo.Input("dtype", options=list(DTYPES), default="float32",
                        tooltip="Weight precision of the GPT (the VQ tokenizer stays float32); bfloat16/float16 halve memory on GPUs."),
     ]

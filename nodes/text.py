@@ -20,7 +20,7 @@ from comfy_api.latest import io
 
 from mulosd_core.models.text_encoder import T5CaptionEncoder, clean_caption
 
-from .loaders import DEVICES, FOLDER, folder_stamp, resolve_device
+from .loaders import FOLDER, device_options, folder_stamp, resolve_device
 from .types import Conditioning, MulosdConditioning, MulosdTextEncoder, TextEncoderHandle
 
 log = logging.getLogger("mulosd.nodes")
@@ -147,7 +147,7 @@ class MuLoSDLoadTextEncoder(io.ComfyNode):
                                tooltip="A T5 folder (config.json, weights, tokenizer files) under ComfyUI/models/"
                                        "text_encoders or ComfyUI/models/mulosd, e.g. flan-t5-xl (google/flan-t5-xl) "
                                        "for the released LlamaGen t2i models."),
-                io.Combo.Input("device", options=DEVICES, default="auto",
+                io.Combo.Input("device", options=device_options(), default="auto",
                                tooltip="Where the encoder runs; auto = ComfyUI's compute device (honours --cpu)."),
                 io.Combo.Input("dtype", options=list(DTYPES), default="auto",
                                tooltip="Weight precision; auto = bfloat16 on GPUs that have it (as LlamaGen encodes), "

@@ -102,6 +102,23 @@ def test_device_and_dtype_errors(loaders):
         run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", dtype="int8")
 
 
+def test_gpu_index_choices_and_errors(loaders, monkeypatch):
+    """cuda:N is offered and accepted for each GPU torch sees (drafter and target on different GPUs),
+    and refused by name when N is not one of them."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert loaders.device_options()[-2:] == ["cuda:0", "cuda:1"]
+    assert loaders.resolve_device("cuda:1") == torch.device("cuda", 1)
+    for bad in ("cuda:2", "cuda:x"):
+        with pytest.raises(ValueError, match=rf"device: expected one of the GPUs torch sees \(cuda:0 to cuda:1\), got '{bad}'"):
+            loaders.resolve_device(bad)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert "cuda:0" not in loaders.device_options()          # one GPU: 'cuda' / 'auto' say it all
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="torch sees no CUDA GPU"):
+        loaders.resolve_device("cuda:0")
+
+
 def test_auto_device_is_comfyuis_compute_device(loaders):
     import comfy.model_management
 
