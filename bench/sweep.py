@@ -25,7 +25,8 @@ Selection rule (applied in stages 1-5, against that stage's own AR runs):
   then w, then rows), each building on the earlier choices. With fewer than 2 samples FD is undefined and
   only the accuracy condition applies.
 
-Writes <out>/sweep-<models>[-quick].json and .md and prints the chosen defaults (to be copied into
+Writes <out>/sweep-<models>[-quick].json and .md, Pareto PNGs per stage (speed-up vs accuracy and vs
+FD, <tag>-pareto-<stage>-<metric>.png), and prints the chosen defaults (to be copied into
 mulosd_core/presets.py by whoever owns it). With --models tiny everything is random: the run
 only exercises the code path.
 """
@@ -225,6 +226,21 @@ def markdown(res: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def write_plots(res: dict, out: str, tag: str) -> list[str]:
+    """Speed-up vs accuracy (and vs FD) of every setting of each stage, AR of the stage at 1x: the Pareto
+    picture of tau/k, l, w, rows and LANTERN's delta. PNGs next to the JSON (an ignored folder)."""
+    from .plots import scatter
+    note = None if res["settings"]["quality_meaningful"] else "random models/classifier: quality meaningless"
+    paths = []
+    for name, st in res["sweep"]["stages"].items():
+        for metric, label in (("accuracy", "classifier accuracy"), ("fd", "Frechet distance (lower is better)")):
+            pts = [("AR", 1.0, st["ar"][metric])] + [(r["label"], r["wall_ratio_vs_ar"], r[metric]) for r in st["rows"]]
+            p = os.path.join(out, f"{tag}-pareto-{name.replace('_', '-')}-{metric}.png")
+            scatter(pts, "speed-up vs AR (x)", label, f"{tag} {name}: speed-up vs {label}", p, note=note)
+            paths.append(p)
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -265,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(res, f, indent=1)
     with open(os.path.join(args.out, f"{tag}.md"), "w") as f:
         f.write(markdown(res))
+    write_plots(res, args.out, tag)
     print("rule: " + RULE)
     print("chosen defaults: " + ", ".join(f"{k} = {v}" for k, v in res_sweep["chosen"].items()))
     if res_sweep["kept_preset_value_in"]:

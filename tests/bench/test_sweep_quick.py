@@ -19,3 +19,6 @@ def test_quick_sweep_writes_every_stage(tmp_path):
     assert set(chosen) == {"MULO_TAU", "MULO_K", "MULO_RADIUS", "MULO_WINDOW", "MULO_ROWS", "LANTERN_DELTA"}
     assert res["sweep"]["preset_before"]["MULO_ROWS"] == P.MULO_ROWS
     assert "## rows" in (tmp_path / "sweep-tiny-quick.md").read_text()
+    for stage in ("tau-k", "radius", "window", "rows", "lantern"):
+        for metric in ("accuracy", "fd"):
+            assert (tmp_path / f"sweep-tiny-quick-pareto-{stage}-{metric}.png").stat().st_size > 1000
