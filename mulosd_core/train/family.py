@@ -269,8 +269,12 @@ def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, tor
     and the classifier were trained on the wider one that contains it.
     """
     path = work / "token_pool.pt"
+    meta = {"variation": GPT_VARIATION, "pool": p.pool, "image_size": p.image_size, "codebook_size": p.vq.codebook_size}
     if path.exists():
-        return torch.load(path, map_location="cpu", weights_only=True)
+        pool = torch.load(path, map_location="cpu", weights_only=True)
+        if pool.get("meta") == meta:
+            return pool
+        log.info("[pool] %s was built for %s, not %s: encoding it again", path, pool.get("meta"), meta)
     labels = torch.arange(p.pool) % NUM_CLASSES
     full, low = [], []
     for i in range(0, p.pool, 256):
@@ -279,7 +283,7 @@ def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, tor
         low.append(vq.encode(resize(images, p.image_size // 2, "area")).cpu())
         if i % 4096 == 0:
             log.info("[pool] encoded %d/%d images", i, p.pool)
-    pool = {"labels": labels, "full": torch.cat(full).to(torch.int16), "low": torch.cat(low).to(torch.int16)}
+    pool = {"labels": labels, "full": torch.cat(full).to(torch.int16), "low": torch.cat(low).to(torch.int16), "meta": meta}
     torch.save(pool, path)
     return pool
 

@@ -36,6 +36,18 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path):
     assert before == {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
 
 
+def test_a_stale_token_pool_is_encoded_again(tmp_path):
+    """A pool left in the work folder by another preset or data variation must not train the GPTs."""
+    p = family.PRESETS["smoke"]
+    vq = load_vq(os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+    stale = {"labels": torch.zeros(3, dtype=torch.long), "full": torch.zeros(3, 256, dtype=torch.int16),
+             "low": torch.zeros(3, 64, dtype=torch.int16)}
+    torch.save(stale, tmp_path / "token_pool.pt")
+    pool = family.token_pool(vq, p, tmp_path, "cpu")
+    assert pool["meta"]["pool"] == p.pool and len(pool["labels"]) == p.pool
+    assert torch.equal(family.token_pool(vq, p, tmp_path, "cpu")["full"], pool["full"])   # now reused as is
+
+
 def test_unknown_stage_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"--stages: unknown stage\(s\) \['targt'\]"):
         family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", ["targt"])
