@@ -14,7 +14,7 @@ quality metrics (classifier, NLL) are computed after the timed region.
 
 Speed: `wall_ratio_vs_ar` = median AR seconds per image / median method seconds per image
 (a speed-up: > 1 is faster than AR), always against the AR runs of this same invocation;
-`wall_ratio_ci` is a paired bootstrap 95% interval over runs of mean(AR) / mean(method);
+`wall_ratio_ci` is a paired bootstrap 95% interval over runs of the same median(AR) / median(method);
 `share_of_oracle` = wall_ratio_vs_ar / wall_ratio_vs_ar of mulo_oracle (the pipeline's ceiling:
 every draft accepted). Counters are per `generate` call (per batch; equal to per image at
 batch 1): target_calls, drafter_calls; tokens_per_target_call = tokens per image / target calls.
@@ -187,13 +187,22 @@ def ratio_of_medians(ref: Any, other: Any) -> float:
     return float(r / o) if o > 0 else float("nan")
 
 
+WALL_RATIO_CI = "paired bootstrap of the ratio of medians"
+
+
 def ratio_ci(ref: Any, other: Any, n_boot: int = N_BOOT, seed: int = 0) -> list[float] | None:
-    """Paired bootstrap 95% interval of mean(ref) / mean(other) over runs (same seeds in both)."""
+    """Paired bootstrap 95% interval of median(ref) / median(other) over runs (same seeds in both):
+    the interval of the very statistic `ratio_of_medians` reports."""
     a, b = np.asarray(ref, float), np.asarray(other, float)
     if len(a) != len(b) or len(a) == 0:
         return None
-    lo, hi = bootstrap_ci_pair(a, b, lambda x, y: x.mean() / y.mean(), n_boot=n_boot, seed=seed, paired=True)
+    lo, hi = bootstrap_ci_pair(a, b, lambda x, y: np.median(x) / np.median(y), n_boot=n_boot, seed=seed, paired=True)
     return [lo, hi]
+
+
+def ci_statistic(result: dict) -> str:
+    """What the speed-up interval of a results JSON bootstraps (runs before this field bootstrapped means)."""
+    return result.get("settings", {}).get("wall_ratio_ci", "paired bootstrap of the ratio of means")
 
 
 def share_of_oracle(ratio: float | None, oracle_ratio: float | None) -> float | None:
@@ -554,8 +563,8 @@ def markdown(result: dict) -> str:
            f"- sampling: {st['sampling']}", ""]
     if not st.get("quality_meaningful", True):
         out += ["**Quality columns are meaningless here: random models and a randomly initialised classifier.**", ""]
-    out += ["Speed-up = median AR s/image / median method s/image (same process, same seeds); CI: paired bootstrap "
-            "of the ratio of means. Share of oracle = speed-up / mulo_oracle's speed-up. Counters are per "
+    out += ["Speed-up = median AR s/image / median method s/image (same process, same seeds); CI: "
+            f"{ci_statistic(result)}. Share of oracle = speed-up / mulo_oracle's speed-up. Counters are per "
             "generate call (per image at batch 1). FD in classifier features against real samples; NLL = mean "
             "per-token -log p under the target with the sampling's CFG/temperature.", "",
             markdown_table(result), "", "## Time split (seconds per image)", "",
@@ -648,7 +657,8 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
                      "wall_time": "engine.generate incl. VQ decode, per image; warm-up excluded",
                      "time_split_note": "AR: forward counted as verify, loop overhead in other; zipar/sjd have no part "
                                         "timers (all under other)",
-                     "fd_bootstrap": N_BOOT_FD_QUICK if args.quick else N_BOOT_FD, "bench_seconds": bench_seconds},
+                     "fd_bootstrap": N_BOOT_FD_QUICK if args.quick else N_BOOT_FD, "wall_ratio_ci": WALL_RATIO_CI,
+                     "bench_seconds": bench_seconds},
         "methods": summary,
     }
     fails = check_consistency(result)

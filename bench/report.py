@@ -72,8 +72,8 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
     if not st.get("quality_meaningful", True):
         lines += ["**These results come from random test models: every quality column is meaningless.**", ""]
     lines += ["Speed-up = median AR seconds per image / median method seconds per image, measured in the same process "
-              "on the same classes and seeds, methods interleaved per sample; the interval is a paired bootstrap of the "
-              "ratio of means. Share of oracle = speed-up / the speed-up of `mulo_oracle` (every draft accepted). "
+              "on the same classes and seeds, methods interleaved per sample; the interval: "
+              f"{C.ci_statistic(result)}. Share of oracle = speed-up / the speed-up of `mulo_oracle` (every draft accepted). "
               "Accuracy: the project's pattern classifier against the requested class; FD: Frechet distance in its "
               "feature space against real procedural samples; NLL: mean per-token negative log-likelihood of the "
               "final grid under the target with the same CFG/temperature.", "",

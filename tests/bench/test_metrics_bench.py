@@ -22,12 +22,19 @@ def test_ratio_of_medians_is_a_speed_up():
     assert C.ratio_of_medians(ar, ar) == 1.0
 
 
-def test_ratio_ci_is_paired_ratio_of_means():
+def test_ratio_ci_is_paired_ratio_of_medians():
     ar = np.array([2.0, 4.0, 6.0])
     m = ar / 2                              # exactly twice as fast on every sample
     lo, hi = C.ratio_ci(ar, m)
     assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)   # paired: no spread at all
     assert C.ratio_ci([1.0], [1.0, 2.0]) is None
+    # one slow outlier moves a ratio of means but not the ratio of medians the table reports
+    ar, m = np.ones(9), np.r_[np.full(8, 0.5), 50.0]
+    assert C.ratio_of_medians(ar, m) == pytest.approx(2.0)
+    lo, hi = C.ratio_ci(ar, m, n_boot=400)
+    assert lo <= 2.0 <= hi and hi == pytest.approx(2.0)
+    assert C.ci_statistic({"settings": {"wall_ratio_ci": C.WALL_RATIO_CI}}) == C.WALL_RATIO_CI
+    assert C.ci_statistic({"settings": {}}) == "paired bootstrap of the ratio of means"   # older results JSON
 
 
 def test_share_of_oracle():
