@@ -52,7 +52,7 @@ class VerifierConfig:
     rejection: str = "local"
     resampling: str = "islands"
     lantern_delta: float = 0.1
-    lantern_k: int = 1000
+    lantern_k: int = 0          # 0: upstream's 1000 of 16384 codes, scaled to the codebook (verify.lantern_neighbours)
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("rule", self.rule, RULES), ("rejection", self.rejection, REJECTIONS),
@@ -61,7 +61,7 @@ class VerifierConfig:
                 raise ValueError(f"verifier {name} must be one of {allowed}, got {value!r}")
         for name, ok, want in (("tau", self.tau >= 0, ">= 0"), ("k_neighbours", self.k_neighbours >= 1, ">= 1"),
                                ("expansion_radius", self.expansion_radius >= 0, ">= 0"),
-                               ("lantern_delta", self.lantern_delta >= 0, ">= 0"), ("lantern_k", self.lantern_k >= 1, ">= 1")):
+                               ("lantern_delta", self.lantern_delta >= 0, ">= 0"), ("lantern_k", self.lantern_k >= 0, ">= 0 (0 = scaled to the codebook)")):
             if not ok:
                 raise ValueError(f"verifier {name} must be {want}, got {getattr(self, name)}")
 
@@ -175,7 +175,8 @@ class _Speculative:
             self.nbr = cached_knn_table(target.codebook(), min(self.v.k_neighbours, target.vocab_size), include_self=True)
         elif self.v.rule == "lantern":
             raw = target.vq.quantize.embedding.weight.detach() if hasattr(target, "vq") else target.codebook()
-            self.nbr = cached_knn_table(raw, min(self.v.lantern_k + 1, target.vocab_size - 1), include_self=False)
+            self.lantern_k = verify.lantern_neighbours(target.vocab_size, self.v.lantern_k)
+            self.nbr = cached_knn_table(raw, min(self.lantern_k + 1, target.vocab_size - 1), include_self=False)
 
     # -- drafter ------------------------------------------------------------------------
     def _context(self, f: int) -> torch.Tensor:
@@ -310,8 +311,8 @@ class _Speculative:
         if rule == "exact":
             p_x = probs.gather(-1, draft[..., None])[..., 0]
             return verify.exact_accept(p_x, q_x, u)
-        acc, _ = verify.lantern_accept(probs, draft, q_x, self.nbr, self.v.lantern_k, self.v.lantern_delta, u)
-        self._lantern_used = verify.lantern_pool(probs, draft, self.nbr, self.v.lantern_k, self.v.lantern_delta)[1]
+        acc, _ = verify.lantern_accept(probs, draft, q_x, self.nbr, self.lantern_k, self.v.lantern_delta, u)
+        self._lantern_used = verify.lantern_pool(probs, draft, self.nbr, self.lantern_k, self.v.lantern_delta)[1]
         return acc
 
     def _commit_raster(self, f, e, probs, accepted, draft, q) -> int:
@@ -330,7 +331,7 @@ class _Speculative:
                         if self.v.rule == "exact":
                             pb = verify.residual(pb, q[b, j])
                         elif self.v.rule == "lantern":
-                            pb = verify.lantern_reject_update(pb, draft[b, j], self.nbr, self.v.lantern_k, self._lantern_used[b, j])
+                            pb = verify.lantern_reject_update(pb, draft[b, j], self.nbr, self.lantern_k, self._lantern_used[b, j])
                         self.tokens[b, f + j] = _draw(pb[None], self.s, self.ts, b)[0]
                         self.codes[b, f + j] = REJECTED
                         self.stats.resampled += 1

@@ -28,7 +28,7 @@ MULO_RADIUS = 1
 MULO_WINDOW = 4
 MULO_ROWS = 2
 LANTERN_DELTA = 0.1
-LANTERN_K = 1000
+LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for the embedded 1024 (verify.lantern_neighbours)
 
 
 def mulo_verifier(**kw) -> VerifierConfig:

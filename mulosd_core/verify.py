@@ -49,6 +49,20 @@ def mulo_accept(probs: Tensor, draft: Tensor, neighbours: Tensor, tau: float) ->
     return mulo_pooled(probs, draft, neighbours) >= tau
 
 
+LANTERN_K_UPSTREAM = 1000       # LANTERN's neighbourhood size for LlamaGen ...
+LANTERN_CODEBOOK_UPSTREAM = 16384   # ... whose VQ has 16384 codes (upstream-facts C.3)
+
+
+def lantern_neighbours(codebook_size: int, k: int = 0) -> int:
+    """LANTERN's k for a codebook: `k` when given (> 0), else upstream's 1000 of 16384 codes scaled to
+    the same share of this codebook (62 of 1024). Unscaled, 1000 neighbours of a 1024-code book cover
+    nearly every code, and the rejection update (which zeroes A_{k+1}(x)) wipes out the whole target
+    distribution, so every rejection would resample from the uniform fallback."""
+    if k > 0:
+        return k
+    return max(1, round(LANTERN_K_UPSTREAM * codebook_size / LANTERN_CODEBOOK_UPSTREAM))
+
+
 def lantern_pool(
     probs: Tensor, draft: Tensor, sorted_neighbours: Tensor, k: int, delta: float
 ) -> tuple[Tensor, Tensor]:

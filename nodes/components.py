@@ -78,7 +78,8 @@ class MuLoSDLocalVerifier(io.ComfyNode):
                                        "serial: one target call per rejected position, in raster order."),
                 io.Float.Input("lantern_delta", default=presets.LANTERN_DELTA, min=0.0, max=1.0, step=0.01,
                                tooltip="lantern rule: cap on the neighbour probability mass added to the draft's own "
-                                       f"(LANTERN's delta; its k is {presets.LANTERN_K})."),
+                                       "(LANTERN's delta). Its neighbourhood k is LANTERN's 1000 of 16384 codes scaled to the "
+                                       "model's codebook (1000 for LlamaGen, 62 for the embedded models)."),
             ],
             outputs=[MulosdVerifier.Output("verifier", display_name="verifier",
                                            tooltip="The verifier settings, for the MuLo-SD Sampler.")],

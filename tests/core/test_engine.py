@@ -478,7 +478,7 @@ def test_target_distributions_are_current(models, monkeypatch, resampling, radiu
 @pytest.mark.parametrize("kwargs,name", [
     (dict(rule="nope"), "rule"), (dict(rejection="nope"), "rejection"), (dict(resampling="nope"), "resampling"),
     (dict(tau=-0.1), "tau"), (dict(k_neighbours=0), "k_neighbours"), (dict(expansion_radius=-1), "expansion_radius"),
-    (dict(lantern_delta=-1.0), "lantern_delta"), (dict(lantern_k=0), "lantern_k"),
+    (dict(lantern_delta=-1.0), "lantern_delta"), (dict(lantern_k=-1), "lantern_k"),
 ])
 def test_bad_verifier_parameters_are_named(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -14,6 +14,7 @@ from mulosd_core.verify import (
     island_waves_batched,
     label_islands,
     lantern_accept,
+    lantern_neighbours,
     lantern_pool,
     lantern_reject_update,
     mulo_accept,
@@ -158,6 +159,14 @@ def test_lantern_reject_update_uniform_fallback():
     p = torch.tensor([[0.0, 1.0, 0.0]])
     out = lantern_reject_update(p, torch.tensor([1]), torch.tensor([[1, 2], [0, 2], [0, 1]]), 1, torch.tensor([False]))
     assert torch.allclose(out, torch.full((1, 3), 1 / 3))
+
+
+def test_lantern_neighbourhood_scales_with_the_codebook():
+    """Upstream's k = 1000 is for LlamaGen's 16384 codes; other codebooks keep the same share."""
+    assert lantern_neighbours(16384) == 1000
+    assert lantern_neighbours(1024) == 62          # the embedded family
+    assert lantern_neighbours(16) == 1 and lantern_neighbours(1) == 1
+    assert lantern_neighbours(1024, 5) == 5        # an explicit k is used as given
 
 
 def test_exact_accept_rule():
