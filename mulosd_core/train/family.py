@@ -58,7 +58,7 @@ class Preset:
     pool: int = 36000
     gpts: list[GPTStage] = field(default_factory=lambda: [
         GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=6000, batch=16),
-        GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=12000, batch=32),
+        GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=24000, batch=32),
         GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16),
     ])
 
@@ -325,6 +325,7 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
     save_safetensors({k: v.half() for k, v in model.state_dict().items()}, str(out / f"{stage.name}.safetensors"), meta)
     _write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
                                   "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema, "data_seed": DATA_SEED,
+                                  "data_variation": GPT_VARIATION,
                                   "params": sum(t.numel() for t in model.parameters()), "reproduce": _command()})
     return model
 
