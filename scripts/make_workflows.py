@@ -184,12 +184,15 @@ def embedded_vs_ar() -> Graph:
 
 
 def ablation() -> Graph:
-    g = Graph("mulosd_ablation", "MuLo-SD with one part switched off at a time: pooling (k = 1), local expansion "
+    # the pooling row flips the default: pooling off (k = 1) when the default pools, else pooling on (k = 16)
+    pool = ("no_pooling", {"k_neighbours": 1}) if VERIFIER["k_neighbours"] > 1 else ("pooling_k16", {"k_neighbours": 16})
+    what = "pooling off (k = 1)" if VERIFIER["k_neighbours"] > 1 else "pooling on (k = 16; the default has k = 1)"
+    g = Graph("mulosd_ablation", f"MuLo-SD with one part changed at a time: {what}, local expansion off "
                                  "(raster rejection), on the embedded models.")
     target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/target.safetensors", vq_name="auto", **LOADER)
     drafter = g.add("MuLoSDLoadDrafter", (0, 260), model_name="embedded/drafter.safetensors", vq_name="auto", **LOADER)
     common = dict(class_id=3, seed=0, **EMBEDDED_SAMPLING, **MULO, batch_size=1)
-    variants = [("full", VERIFIER), ("no_pooling", VERIFIER | {"k_neighbours": 1}), ("raster", VERIFIER | {"rejection": "raster"})]
+    variants = [("full", VERIFIER), (pool[0], VERIFIER | pool[1]), ("raster", VERIFIER | {"rejection": "raster"})]
     for row, (name, settings) in enumerate(variants):
         y = row * 470
         ver = g.add("MuLoSDLocalVerifier", (360, y), f"verifier: {name}", **settings)
