@@ -125,6 +125,28 @@ def _at_grid(model: LlamaGenModel, grid: int, name: str) -> LlamaGenModel:
     return LlamaGenModel(model.gpt, model.vq, grid * model.vq.downsample, name=name)
 
 
+def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: int, n_boot_fd: int,
+               progress: bool) -> list[dict]:
+    """AR and MuLo-SD (settings `cur`) with the target at each GRID_FACTORS grid, drafter at half."""
+    grids = []
+    native = models.target.grid
+    for f in GRID_FACTORS:
+        gt = round(native * f / 2) * 2
+        m = dataclasses.replace(models, target=_at_grid(models.target, gt, f"target@{gt}"),
+                                drafter=_at_grid(models.drafter, gt // 2, f"drafter@{gt // 2}"))
+        n = max(2, samples // 2)
+        methods = {"ar": (MethodConfig(method="ar"), None),
+                   "mulo_islands": (_mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"]), "low")}
+        t0 = time.perf_counter()
+        raw = C.run_methods(m, methods, n, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:grid{gt}")
+        summ = C.summarise(raw, methods, C.real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
+        grids.append({"grid": gt, "drafter_grid": gt // 2, "samples": n, "native": gt == native,
+                      "label": "trained grid" if gt == native else "untrained grid: quality unknown, not a claim",
+                      "seconds": time.perf_counter() - t0,
+                      **{meth: {k: summ[meth][k] for k in KEEP} for meth in methods}})
+    return grids
+
+
 def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
           progress: bool = True) -> dict:
     g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, deltas=DELTAS)
@@ -164,24 +186,7 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
     best = stage("lantern", {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]})
     if best:
         delta = best["params"]["delta"]
-    grids = None
-    if grid_experiment:
-        grids = []
-        native = models.target.grid
-        for f in GRID_FACTORS:
-            gt = round(native * f / 2) * 2
-            m = dataclasses.replace(models, target=_at_grid(models.target, gt, f"target@{gt}"),
-                                    drafter=_at_grid(models.drafter, gt // 2, f"drafter@{gt // 2}"))
-            n = max(2, samples // 2)
-            methods = {"ar": (MethodConfig(method="ar"), None),
-                       "mulo_islands": (_mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"]), "low")}
-            t0 = time.perf_counter()
-            raw = C.run_methods(m, methods, n, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:grid{gt}")
-            summ = C.summarise(raw, methods, C.real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
-            grids.append({"grid": gt, "drafter_grid": gt // 2, "samples": n, "native": gt == native,
-                          "label": "trained grid" if gt == native else "untrained grid: quality unknown, not a claim",
-                          "seconds": time.perf_counter() - t0,
-                          **{meth: {k: summ[meth][k] for k in KEEP} for meth in methods}})
+    grids = grid_sizes(models, cur, samples, batch, warmup, n_boot_fd, progress) if grid_experiment else None
     chosen = {"MULO_TAU": cur["tau"], "MULO_K": cur["k"], "MULO_RADIUS": cur["radius"], "MULO_WINDOW": cur["window"],
               "MULO_ROWS": cur["rows"], "LANTERN_DELTA": delta}
     return {"stages": stages, "grid_experiment": grids, "chosen": chosen, "kept_preset_value_in": kept,
@@ -219,6 +224,8 @@ def markdown(res: dict) -> str:
                        f"{f(g['ar']['accuracy'], '{:.3f}')} | {f(g['mulo_islands']['target_calls'], '{:.1f}')} |")
         out.append("")
     ch = res["sweep"]["chosen"]
+    if ch is None:          # --grid-only: nothing was chosen
+        return "\n".join(out) + "\n"
     out += ["## Chosen defaults", "", "| constant | before | chosen |", "|---|---|---|"]
     out += [f"| {k} | {res['sweep']['preset_before'][k]} | {v} |" for k, v in ch.items()]
     if res["sweep"]["kept_preset_value_in"]:
@@ -253,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--grid-experiment", action="store_true", help="also run other target grids (untrained)")
+    ap.add_argument("--grid-only", action="store_true",
+                    help="only the grid-size experiment, at the preset defaults (tag grid-<models>)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-quick]")
     ap.add_argument("--threads", type=int, default=0)
@@ -260,11 +269,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    tag = args.tag or f"sweep-{args.models}" + ("-quick" if args.quick else "")
+    tag = args.tag or ("grid" if args.grid_only else "sweep") + f"-{args.models}" + ("-quick" if args.quick else "")
     samples = args.samples or (2 if args.quick else 100)
     t0 = time.perf_counter()
     models = C.load_models(args.models, args.device, C.DTYPES[args.dtype], tiny_grid=args.tiny_grid)
-    res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment, not args.no_progress)
+    if args.grid_only:
+        cur = dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS)
+        n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
+        res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
+                     "grid_experiment": grid_sizes(models, cur, samples, args.batch, args.warmup, n_boot_fd,
+                                                   not args.no_progress)}
+    else:
+        res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
+                          not args.no_progress)
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,
@@ -283,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         f.write(markdown(res))
     write_plots(res, args.out, tag)
     print("rule: " + RULE)
-    print("chosen defaults: " + ", ".join(f"{k} = {v}" for k, v in res_sweep["chosen"].items()))
+    if res_sweep["chosen"]:
+        print("chosen defaults: " + ", ".join(f"{k} = {v}" for k, v in res_sweep["chosen"].items()))
     if res_sweep["kept_preset_value_in"]:
         print("no setting qualified in: " + ", ".join(res_sweep["kept_preset_value_in"]) + " (preset value kept)")
     print(f"wrote {path} (+ .md) in {time.perf_counter() - t0:.0f}s")

@@ -22,3 +22,17 @@ def test_quick_sweep_writes_every_stage(tmp_path):
     for stage in ("tau-k", "radius", "window", "rows", "lantern"):
         for metric in ("accuracy", "fd"):
             assert (tmp_path / f"sweep-tiny-quick-pareto-{stage}-{metric}.png").stat().st_size > 1000
+
+
+def test_grid_only_runs_ar_and_mulo_at_each_grid(tmp_path):
+    assert S.main(["--grid-only", "--quick", "--models", "tiny", "--out", str(tmp_path), "--no-progress"]) == 0
+    res = json.loads((tmp_path / "grid-tiny-quick.json").read_text())
+    assert res["sweep"]["stages"] == {} and res["sweep"]["chosen"] is None
+    grids = res["sweep"]["grid_experiment"]
+    assert [g["grid"] for g in grids] == [round(4 * f / 2) * 2 for f in S.GRID_FACTORS]
+    assert [g["native"] for g in grids] == [True, False, False]
+    for g in grids:
+        assert g["drafter_grid"] == g["grid"] // 2
+        assert g["ar"]["target_calls"] == g["grid"] ** 2          # AR: one target call per token
+        assert g["mulo_islands"]["wall_ratio_vs_ar"] > 0
+    assert "## Grid size" in (tmp_path / "grid-tiny-quick.md").read_text()
