@@ -216,10 +216,10 @@ def markdown(res: dict) -> str:
         out.append("")
     if res["sweep"]["grid_experiment"]:
         out += ["## Grid size (the models are trained at one grid; other grids run through 2D RoPE, quality unknown)", "",
-                "| target grid | label | AR s/image | MuLo-SD speed-up | MuLo-SD accuracy | AR accuracy | MuLo-SD target calls |",
-                "|---|---|---|---|---|---|---|"]
+                "| target grid | label | samples | AR s/image | MuLo-SD speed-up | MuLo-SD accuracy | AR accuracy | MuLo-SD target calls |",
+                "|---|---|---|---|---|---|---|---|"]
         for g in res["sweep"]["grid_experiment"]:
-            out.append(f"| {g['grid']} | {g['label']} | {f(g['ar']['wall_seconds_median'], '{:.3f}')} | "
+            out.append(f"| {g['grid']} | {g['label']} | {g['samples']} | {f(g['ar']['wall_seconds_median'], '{:.3f}')} | "
                        f"{f(g['mulo_islands']['wall_ratio_vs_ar'], '{:.2f}')}x | {f(g['mulo_islands']['accuracy'], '{:.3f}')} | "
                        f"{f(g['ar']['accuracy'], '{:.3f}')} | {f(g['mulo_islands']['target_calls'], '{:.1f}')} |")
         out.append("")
