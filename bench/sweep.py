@@ -111,6 +111,11 @@ def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, Metho
     return {"ar": ar, "rows": rows, "chosen": best["label"] if best else None}
 
 
+def _preset_settings() -> dict:
+    """MuLo-SD's swept settings as the presets have them now."""
+    return dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS)
+
+
 def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS) -> MethodConfig:
     base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius)
     return replace(base, parallel_window=window, rows_per_step=rows)
@@ -153,7 +158,7 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
     n_boot_fd = C.N_BOOT_FD_QUICK if quick else C.N_BOOT_FD
     real = C.real_features(models, samples)
     stages: dict[str, dict] = {}
-    cur = dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS)
+    cur = _preset_settings()
     kept: list[str] = []
 
     def stage(name: str, settings: dict) -> dict | None:
@@ -274,10 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     models = C.load_models(args.models, args.device, C.DTYPES[args.dtype], tiny_grid=args.tiny_grid)
     if args.grid_only:
-        cur = dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS)
         n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
-                     "grid_experiment": grid_sizes(models, cur, samples, args.batch, args.warmup, n_boot_fd,
+                     "grid_experiment": grid_sizes(models, _preset_settings(), samples, args.batch, args.warmup, n_boot_fd,
                                                    not args.no_progress)}
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,

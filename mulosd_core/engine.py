@@ -506,9 +506,9 @@ def generate(target: ImageARModel, cond, sampling: SamplingConfig, method: Metho
     if method.method == "speculative" and drafter is None:
         raise ValueError("the speculative method needs a drafter model")
     batch = len(cond)
-    check_fits(batch, sampling.uses_cfg, target, drafter if method.method == "speculative" else None)
-    models = [target] + ([drafter] if method.method == "speculative" else [])
-    gpus = sorted({m.device for m in models if m.device.type == "cuda"}, key=str)
+    used_drafter = drafter if method.method == "speculative" else None
+    check_fits(batch, sampling.uses_cfg, target, used_drafter)
+    gpus = sorted({m.device for m in (target, used_drafter) if m is not None and m.device.type == "cuda"}, key=str)
     for dev in gpus:
         torch.cuda.reset_peak_memory_stats(dev)
     with cache_scope() as caches, out_of_memory_advice(target, batch):
