@@ -30,7 +30,7 @@ from .neighbours import cached_knn_table
 from .sampling import SamplingConfig, Streams, cfg_combine, process_logits
 from .schedules import parallel_draft_schedule, zipar_schedule, jacobi_window
 from .stats import RunStats
-from .upsample import UpsamplerConfig, resolution_ratio, upsample_rows
+from .upsample import UpsamplerConfig, downsample_rows, resolution_ratio, upsample_rows
 
 RULES = ("mulo", "lantern", "exact", "greedy")
 REJECTIONS = ("local", "raster")
@@ -180,17 +180,12 @@ class _Speculative:
 
     # -- drafter ------------------------------------------------------------------------
     def _context(self, f: int) -> torch.Tensor:
-        """The drafter's context: committed target tokens, re-encoded at the drafter's resolution."""
+        """The drafter's context: committed target rows, re-encoded at the drafter's resolution."""
         if self.r == 1:
             return self.tokens[:, :f]
         rows = (f // self.W) // self.r * self.r
-        if rows == 0:
-            return self.tokens[:, :0]
         with self.stats.timer("context"):
-            from .imageops import resize
-            images = self.t.decode_rows(self.tokens[:, : rows * self.W], rows)
-            h, w = images.shape[-2:]
-            return self.d.encode(resize(images, (h // self.r, w // self.r), self.m.upsampler.filter)).to(self.tokens.device)
+            return downsample_rows(self.m.upsampler, self.d, self.t, self.tokens, rows)
 
     def _sync(self, ctx: torch.Tensor) -> torch.Tensor:
         """Bring the drafter's cache to `ctx`; return raw logits [R, V] predicting position len(ctx)."""
@@ -281,8 +276,7 @@ class _Speculative:
                 q = None
         if r > 1:
             with self.stats.timer("upsample"):
-                halo = ctx[:, -Wq:] if ctx.shape[1] else None
-                up = upsample_rows(self.m.upsampler, self.d, self.t, low, rows, halo)
+                up = upsample_rows(self.m.upsampler, self.d, self.t, low, rows, ctx)
             chunk0 = row0 * r * W
             e = min(self.N, chunk0 + up.shape[1])
             draft = up[:, f - chunk0:e - chunk0]

@@ -1,8 +1,16 @@
-"""Upsamplers U_r: drafted low-res rows -> target rows (SPEC section 2 step 2).
+"""Moving token rows between the two resolutions (SPEC section 2, steps 1 and 2).
 
-Each takes the drafted band of low-res token rows, plus one context row above it (a
-"halo" that keeps the pixel route's convolutions from seeing an artificial top edge),
-and returns the target tokens of the r x rows rows under the drafted rows.
+`upsample_rows` (U_r) takes the drafted low-res rows plus the low-res rows above them and
+returns the target tokens of the r x rows rows under the drafted rows; `downsample_rows`
+gives the drafter its context, the committed target rows re-encoded at its resolution.
+
+Whenever a route runs the VQ tokenizer it codes a *whole* image, never a band of rows:
+LlamaGen's encoder and decoder normalise over the whole image (GroupNorm) and attend across
+it (mid-block attention), so a band alone has edges and statistics the tokenizer never saw in
+training. On the embedded pair, band-wise coding re-encoded only 6-46% of the context tokens
+as the drafter sees them in training and cut the target's acceptance of upsampled drafts from
+about 35% to 5%. The rows not yet generated are filled by reflecting the rows that exist
+(`full_grid`), which keeps the image statistics near the last row.
 """
 from __future__ import annotations
 
@@ -48,27 +56,74 @@ def resolution_ratio(target_grid: int, drafter_grid: int) -> int:
     return target_grid // drafter_grid
 
 
+def full_grid(tokens: torch.Tensor, rows: int, grid: int) -> torch.Tensor:
+    """Token rows [B, rows*grid] -> a full grid [B, grid*grid] whose missing rows mirror the given ones.
+
+    Rows rows, rows+1, ... copy rows rows-1, rows-2, ..., 0, then 0, 1, ... again (symmetric
+    tiling), so the filled image continues the last rows instead of starting a new edge.
+    """
+    if not 1 <= rows <= grid or tokens.shape[1] != rows * grid:
+        raise ValueError(f"expected 1..{grid} rows of {grid} tokens, got {tokens.shape[1]} tokens as {rows} rows")
+    if rows == grid:
+        return tokens
+    period = 2 * rows
+    src = [rows - 1 - m if m < rows else m - rows for m in (j % period for j in range(grid - rows))]
+    g = tokens.reshape(tokens.shape[0], rows, grid)
+    return torch.cat([g, g[:, src]], 1).flatten(1)
+
+
+def downsample_rows(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARModel, tokens: torch.Tensor,
+                    rows: int) -> torch.Tensor:
+    """The drafter's context: the first `rows` target rows [B, rows*s_p] (rows a multiple of r),
+    decoded as a whole image, resized to the drafter's resolution with `cfg.filter` and encoded
+    again; returns the rows//r low-res rows [B, rows//r*s_q] under them."""
+    r = resolution_ratio(target.grid, drafter.grid)
+    if rows % r:
+        raise ValueError(f"the drafter's context needs whole low-res rows: {rows} target rows is not a multiple of r = {r}")
+    if rows == 0:
+        return tokens[:, :0]
+    images = target.decode(full_grid(tokens[:, : rows * target.grid], rows, target.grid))
+    h, w = images.shape[-2:]
+    low = drafter.encode(resize(images, (h // r, w // r), cfg.filter))
+    return low[:, : rows // r * drafter.grid].to(tokens.device)
+
+
 def upsample_rows(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARModel, low: torch.Tensor,
-                  rows: int, halo: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Low-res tokens [B, rows*s_q] (+ halo [B, s_q]) -> target tokens [B, rows*r*s_p]."""
+                  rows: int, context: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Low-res tokens [B, rows*s_q] under low-res context rows [B, c*s_q] -> target tokens [B, rows*r*s_p].
+
+    The pixel route codes the whole image (context, drafted rows, reflected filler); the
+    embedding route interpolates locally and only reads the last context row (a halo, so its
+    interpolation sees no artificial top edge); the nearest route reads no context.
+    """
     r = resolution_ratio(target.grid, drafter.grid)   # raises on a non-integer ratio or a larger drafter grid
     if cfg.ratio is not None and cfg.ratio != r:
         raise ValueError(f"upsampler ratio {cfg.ratio} does not match the models: target grid {target.grid} / "
                          f"drafter grid {drafter.grid} = {r}")
     if r == 1:
         return low
-    band, n_rows = (low, rows) if halo is None else (torch.cat([halo, low], 1), rows + 1)
     if cfg.kind == "nearest":
         grid = low.reshape(-1, rows, drafter.grid)
         return grid.repeat_interleave(r, 1).repeat_interleave(r, 2).flatten(1)
+    if context is None:
+        context = low[:, :0]
+    c = context.shape[1] // drafter.grid
+    if context.shape[1] != c * drafter.grid or c + rows > drafter.grid:
+        raise ValueError(f"low-res context must be whole rows of {drafter.grid} tokens above the drafted rows "
+                         f"(at most {drafter.grid - rows} rows here), got {context.shape[1]} tokens")
     if cfg.kind == "pixel":
-        images = drafter.decode_rows(band, n_rows)
+        band = torch.cat([context.to(low.device), low], 1)
+        images = drafter.decode(full_grid(band, c + rows, drafter.grid))
         h, w = images.shape[-2:]
         tokens = target.encode(resize(images, (h * r, w * r), cfg.filter))
-    else:  # embedding: interpolate code vectors in latent space, then re-quantise
-        z = drafter.code_latent(band, n_rows).float()
-        mode = cfg.filter if cfg.filter in ("bilinear", "bicubic") else "nearest"
-        z = F.interpolate(z, scale_factor=r, mode=mode, **({} if mode == "nearest" else {"align_corners": False}))
-        tokens = target.nearest_codes(z)
-    skip = 0 if halo is None else r * target.grid
+        first = c * r * target.grid
+        return tokens[:, first:first + rows * r * target.grid].to(low.device)
+    # embedding: interpolate code vectors in latent space, then re-quantise
+    halo = context[:, -drafter.grid:].to(low.device) if c else low[:, :0]
+    n_rows = rows + (1 if c else 0)
+    z = drafter.code_latent(torch.cat([halo, low], 1), n_rows).float()
+    mode = cfg.filter if cfg.filter in ("bilinear", "bicubic") else "nearest"
+    z = F.interpolate(z, scale_factor=r, mode=mode, **({} if mode == "nearest" else {"align_corners": False}))
+    tokens = target.nearest_codes(z)
+    skip = r * target.grid if c else 0
     return tokens[:, skip:].to(low.device)

@@ -9,7 +9,7 @@ import torch
 from mulosd_core.engine import MethodConfig, VerifierConfig, check_pair, generate
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.testing import CountingModel, tiny_model, tiny_vq
-from mulosd_core.upsample import KINDS, UpsamplerConfig, resolution_ratio, upsample_rows
+from mulosd_core.upsample import KINDS, UpsamplerConfig, downsample_rows, full_grid, resolution_ratio, upsample_rows
 
 V = 16
 
@@ -34,13 +34,13 @@ def _low(batch: int, rows: int, width: int, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("drafter_grid,r", [(4, 2), (2, 4)])
 @pytest.mark.parametrize("rows", [1, 2])
-@pytest.mark.parametrize("with_halo", [False, True])
-def test_output_shape(grids, kind, drafter_grid, r, rows, with_halo):
+@pytest.mark.parametrize("with_context", [False, True])
+def test_output_shape(grids, kind, drafter_grid, r, rows, with_context):
     target, drafter = grids[8], grids[drafter_grid]
     B = 2
     low = _low(B, rows, drafter_grid, seed=rows)
-    halo = _low(B, 1, drafter_grid, seed=9) if with_halo else None
-    out = upsample_rows(UpsamplerConfig(kind=kind, ratio=r), drafter, target, low, rows, halo)
+    context = _low(B, drafter_grid - rows, drafter_grid, seed=9) if with_context else None
+    out = upsample_rows(UpsamplerConfig(kind=kind, ratio=r), drafter, target, low, rows, context)
     assert out.shape == (B, rows * r * target.grid) and out.dtype == torch.long
     assert int(out.min()) >= 0 and int(out.max()) < V
 
@@ -56,8 +56,8 @@ def test_same_resolution_passes_the_draft_through(grids, kind):
 def test_nearest_repeats_each_token_r_by_r(grids, drafter_grid, r):
     rows = 2
     low = _low(3, rows, drafter_grid)
-    halo = _low(3, 1, drafter_grid, seed=5)
-    out = upsample_rows(UpsamplerConfig(kind="nearest"), grids[drafter_grid], grids[8], low, rows, halo)
+    context = _low(3, 1, drafter_grid, seed=5)
+    out = upsample_rows(UpsamplerConfig(kind="nearest"), grids[drafter_grid], grids[8], low, rows, context)
     want = low.view(3, rows, drafter_grid).repeat_interleave(r, 1).repeat_interleave(r, 2)
     assert torch.equal(out.view(3, rows * r, 8), want)
 
@@ -66,20 +66,70 @@ def test_nearest_repeats_each_token_r_by_r(grids, drafter_grid, r):
 def test_embedding_route_without_interpolation_is_nearest(grids, filt):
     """Repeating code vectors and re-quantising them gives the codes back (l2-normalised codebook)."""
     low = _low(2, 2, 4, seed=3)
-    halo = _low(2, 1, 4, seed=4)
-    emb = upsample_rows(UpsamplerConfig(kind="embedding", filter=filt), grids[4], grids[8], low, 2, halo)
-    near = upsample_rows(UpsamplerConfig(kind="nearest"), grids[4], grids[8], low, 2, halo)
+    context = _low(2, 1, 4, seed=4)
+    emb = upsample_rows(UpsamplerConfig(kind="embedding", filter=filt), grids[4], grids[8], low, 2, context)
+    near = upsample_rows(UpsamplerConfig(kind="nearest"), grids[4], grids[8], low, 2, context)
     assert torch.equal(emb, near)
 
 
-@pytest.mark.parametrize("kind", ["pixel", "embedding"])
-def test_halo_is_context_only(grids, kind):
-    """With a halo, the output is the no-halo output of the band [halo; low] minus the halo's r rows."""
-    low, halo = _low(2, 1, 4, seed=6), _low(2, 1, 4, seed=7)
-    cfg = UpsamplerConfig(kind=kind)
-    with_halo = upsample_rows(cfg, grids[4], grids[8], low, 1, halo)
-    band = upsample_rows(cfg, grids[4], grids[8], torch.cat([halo, low], 1), 2)
+def test_embedding_halo_is_context_only(grids):
+    """The embedding route reads only the last context row, as a halo: the output is that of the
+    band [halo; low] minus the halo's r rows."""
+    low, context = _low(2, 1, 4, seed=6), _low(2, 2, 4, seed=7)
+    cfg = UpsamplerConfig(kind="embedding")
+    with_halo = upsample_rows(cfg, grids[4], grids[8], low, 1, context)
+    band = upsample_rows(cfg, grids[4], grids[8], torch.cat([context[:, 4:], low], 1), 2)
     assert torch.equal(with_halo, band[:, 2 * 8:])
+
+
+@pytest.mark.parametrize("drafter_grid,r", [(4, 2), (2, 4)])
+def test_pixel_route_codes_the_whole_image(grids, drafter_grid, r):
+    """Drafted rows under a context that completes the grid get the tokens of coding the whole
+    low-res image at once; fewer rows get the whole image with the reflected filler (full_grid)."""
+    target, drafter = grids[8], grids[drafter_grid]
+    cfg = UpsamplerConfig(kind="pixel")
+    image = _low(2, drafter_grid, drafter_grid, seed=11)
+    whole = upsample_rows(cfg, drafter, target, image, drafter_grid)
+    c = drafter_grid - 1
+    part = upsample_rows(cfg, drafter, target, image[:, c * drafter_grid:], 1, image[:, :c * drafter_grid])
+    assert torch.equal(part, whole[:, c * r * 8:])
+    top = upsample_rows(cfg, drafter, target, image[:, :drafter_grid], 1)
+    filled = upsample_rows(cfg, drafter, target, full_grid(image[:, :drafter_grid], 1, drafter_grid), drafter_grid)
+    assert torch.equal(top, filled[:, :r * 8])
+
+
+def test_full_grid_mirrors_the_given_rows():
+    rows = torch.arange(2 * 2).view(1, 4)           # rows [0 1], [2 3] of a 2-wide grid
+    assert full_grid(rows[:, :2], 1, 2).tolist() == [[0, 1, 0, 1]]
+    assert torch.equal(full_grid(rows[:, :4], 2, 2), rows[:, :4])
+    g = full_grid(torch.arange(2 * 8).view(1, 16), 2, 8).view(8, 8)[:, 0].tolist()
+    assert g == [0, 8, 8, 0, 0, 8, 8, 0]
+    with pytest.raises(ValueError, match="expected 1..8 rows of 8 tokens, got 15 tokens as 2 rows"):
+        full_grid(torch.zeros(1, 15, dtype=torch.long), 2, 8)
+
+
+def test_downsample_rows_codes_the_whole_image(grids):
+    """The drafter's context: committed target rows coded as one (filled) image, then the
+    low-res rows under them; whole low-res rows only."""
+    target, drafter = grids[8], grids[4]
+    cfg = UpsamplerConfig(kind="pixel")
+    tokens = _low(2, 8, 8, seed=12)
+    assert downsample_rows(cfg, drafter, target, tokens, 0).shape == (2, 0)
+    ctx = downsample_rows(cfg, drafter, target, tokens, 4)
+    images = target.decode(full_grid(tokens[:, :32], 4, 8))
+    want = drafter.encode(torch.nn.functional.interpolate(images, scale_factor=0.5, mode="bicubic",
+                                                          antialias=True, align_corners=False).clamp(0, 1))
+    assert torch.equal(ctx, want[:, :2 * 4])
+    with pytest.raises(ValueError, match="not a multiple of r = 2"):
+        downsample_rows(cfg, drafter, target, tokens, 3)
+
+
+def test_context_must_be_whole_rows_above_the_draft(grids):
+    cfg = UpsamplerConfig(kind="pixel")
+    with pytest.raises(ValueError, match="whole rows of 4 tokens"):
+        upsample_rows(cfg, grids[4], grids[8], _low(1, 1, 4), 1, _low(1, 1, 3))
+    with pytest.raises(ValueError, match="at most 2 rows"):
+        upsample_rows(cfg, grids[4], grids[8], _low(1, 2, 4), 2, _low(1, 3, 4))
 
 
 def test_pixel_route_is_deterministic_and_batch_independent(grids):
