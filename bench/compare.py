@@ -78,7 +78,7 @@ from mulosd_core.schedules import zipar_nfe
 log = logging.getLogger("bench.compare")
 
 ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_islands", "mulo_no_pooling", "mulo_raster",
-               "mulo_sequential_draft", "mulo_nearest", "mulo_embedding", "mulo_oracle")
+               "mulo_sequential_draft", "mulo_nearest", "mulo_embedding", "mulo_learned", "mulo_oracle")
 QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_islands", "mulo_oracle")
 QUICK_SAMPLES = 4
 ORACLE = "mulo_oracle"

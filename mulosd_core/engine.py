@@ -30,7 +30,7 @@ from .neighbours import cached_knn_table
 from .sampling import SamplingConfig, Streams, cfg_combine, process_logits
 from .schedules import parallel_draft_schedule, zipar_schedule, jacobi_window
 from .stats import RunStats
-from .upsample import UpsamplerConfig, downsample_rows, resolution_ratio, upsample_rows
+from .upsample import UpsamplerConfig, downsample_rows, learned_net, resolution_ratio, upsample_rows
 
 RULES = ("mulo", "lantern", "exact", "greedy")
 REJECTIONS = ("local", "raster")
@@ -112,6 +112,8 @@ def check_pair(target: ImageARModel, drafter: ImageARModel, method: MethodConfig
                          f"which an upsampled (r = {r}) draft does not have; use 'mulo' or 'greedy', or a same-resolution drafter")
     if r == 1 and method.parallel_window:
         raise ValueError("parallel drafting is for a low-resolution drafter (r > 1); set parallel_window = 0 for r = 1")
+    if r > 1 and method.upsampler.kind == "learned":
+        learned_net(method.upsampler, target, r)   # file, ratio and codebook checked before any model runs
     return r
 
 

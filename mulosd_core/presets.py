@@ -62,5 +62,6 @@ def method_presets() -> dict[str, tuple[MethodConfig, str | None]]:
         "mulo_sequential_draft": (replace(mi, parallel_window=0), "low"),
         "mulo_nearest": (replace(mi, upsampler=UpsamplerConfig(kind="nearest")), "low"),
         "mulo_embedding": (replace(mi, upsampler=UpsamplerConfig(kind="embedding")), "low"),
+        "mulo_learned": (replace(mi, upsampler=UpsamplerConfig(kind="learned")), "low"),
         "mulo_oracle": (replace(mi, oracle=True), "low"),
     }

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from .imageops import FILTERS, resize
 from .models.protocol import ImageARModel
 
-KINDS = ("pixel", "nearest", "embedding")
+KINDS = ("pixel", "nearest", "embedding", "learned")
 
 
 @dataclass
@@ -31,11 +31,11 @@ class UpsamplerConfig:
     kind: str = "pixel"
     ratio: Optional[int] = None      # derived from the two models when None
     filter: str = "bicubic"
+    weights: str = ""                # learned kind: a LatentUpsampler file ("" = the embedded family's)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"upsampler kind must be one of {KINDS}, got {self.kind!r}"
-                             + (" (the learned upsampler is not shipped: it did not beat the training-free routes)" if self.kind == "learned" else ""))
+            raise ValueError(f"upsampler kind must be one of {KINDS}, got {self.kind!r}")
         if self.filter not in FILTERS:
             raise ValueError(f"upsampler filter must be one of {FILTERS}, got {self.filter!r}")
         if self.ratio is not None and (int(self.ratio) != self.ratio or self.ratio < 1):
@@ -111,6 +111,12 @@ def upsample_rows(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARMo
     if context.shape[1] != c * drafter.grid or c + rows > drafter.grid:
         raise ValueError(f"low-res context must be whole rows of {drafter.grid} tokens above the drafted rows "
                          f"(at most {drafter.grid - rows} rows here), got {context.shape[1]} tokens")
+    if cfg.kind == "learned":
+        net = learned_net(cfg, target, r)
+        band = torch.cat([context.to(low.device), low], 1).to(net.head.weight.device)
+        tokens = net.upsample(band, c + rows, drafter.grid)
+        first = c * r * target.grid
+        return tokens[:, first:first + rows * r * target.grid].to(low.device)
     if cfg.kind == "pixel":
         band = torch.cat([context.to(low.device), low], 1)
         images = drafter.decode(full_grid(band, c + rows, drafter.grid))
@@ -127,3 +133,21 @@ def upsample_rows(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARMo
     tokens = target.nearest_codes(z)
     skip = r * target.grid if c else 0
     return tokens[:, skip:].to(low.device)
+
+
+def learned_net(cfg: UpsamplerConfig, target: ImageARModel, r: int):
+    """The learned upsampler for this pair: loaded once per file, on the target's device, checked
+    against the pair's ratio and codebook (it only knows the codes it was trained on)."""
+    from .models.latent_upsampler import cached_latent_upsampler
+    from .models.registry import embedded_path
+
+    path = cfg.weights or embedded_path("upsampler")
+    net = cached_latent_upsampler(path, target.device)
+    if net.config.ratio != r:
+        raise ValueError(f"learned upsampler {path} upsamples by r = {net.config.ratio}, but these models need r = {r}")
+    own = target.codebook_id() if hasattr(target, "codebook_id") else ""
+    if net.codebook_id and own and net.codebook_id != own:
+        raise ValueError(f"learned upsampler {path} was trained on codebook {net.codebook_id}, but {target.name} uses "
+                         f"codebook {own}: train one for this VQ (python -m mulosd_core.train.family --stages upsampler) "
+                         f"or use the pixel upsampler")
+    return net

@@ -28,8 +28,10 @@ class MuLoSDUpsampler(io.ComfyNode):
             inputs=[
                 io.Combo.Input("kind", options=list(KINDS), default=_DEFAULT_UPSAMPLER.kind,
                                tooltip="pixel: decode the draft, resize the image, re-encode with the target's tokenizer "
-                                       "(best quality); nearest: repeat each token r x r (no decode); embedding: "
-                                       "interpolate code vectors and snap to the nearest codes."),
+                                       "(the default); nearest: repeat each token r x r (no decode); embedding: "
+                                       "interpolate code vectors and snap to the nearest codes; learned: a small "
+                                       "trained network predicts the target tokens (the embedded family ships one; "
+                                       "other codebooks need their own, trained with mulosd_core.train.family)."),
                 io.Int.Input("ratio", default=0, min=0, max=16,
                              tooltip="Resolution ratio r = target grid / drafter grid. 0 = derived from the two models; "
                                      "any other value must match them (a check, not an override)."),

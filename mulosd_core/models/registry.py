@@ -155,11 +155,12 @@ def describe(path: str) -> dict:
 
 EMBEDDED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models", "embedded")
 EMBEDDED_MEMBERS = {"target": "target.safetensors", "drafter": "drafter.safetensors",
-                    "sd_drafter": "sd_drafter.safetensors", "vq": "vq.safetensors"}
+                    "sd_drafter": "sd_drafter.safetensors", "vq": "vq.safetensors",
+                    "upsampler": "upsampler.safetensors"}
 
 
 def embedded_path(member: str) -> str:
-    """Path of a shipped embedded-family file ('target', 'drafter', 'sd_drafter', 'vq')."""
+    """Path of a shipped embedded-family file ('target', 'drafter', 'sd_drafter', 'vq', 'upsampler')."""
     if member not in EMBEDDED_MEMBERS:
         raise ValueError(f"unknown embedded model {member!r}; expected one of {sorted(EMBEDDED_MEMBERS)}")
     path = os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS[member])

@@ -1,4 +1,5 @@
-"""Train the embedded LlamaGen-format family in order: VQ, classifier, target, drafter, SD drafter.
+"""Train the embedded LlamaGen-format family in order: VQ, classifier, target, drafter, SD drafter,
+learned upsampler.
 
     python -m mulosd_core.train.family --preset cpu --device cpu --out models/embedded
 
@@ -44,6 +45,16 @@ class GPTStage:
 
 
 @dataclass
+class UpsamplerStage:
+    """The learned upsampler (train/upsampler.py): width, depth and schedule."""
+    channels: int = 64
+    layers: int = 4
+    steps: int = 3000
+    batch: int = 64
+    lr: float = 3e-3
+
+
+@dataclass
 class Preset:
     name: str
     image_size: int = 64
@@ -61,6 +72,7 @@ class Preset:
         GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=24000, batch=32),
         GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16),
     ])
+    upsampler: UpsamplerStage = field(default_factory=UpsamplerStage)
 
 
 PRESETS = {
@@ -74,7 +86,8 @@ PRESETS = {
                     vq_steps=2, vq_batch=4, classifier_steps=2, pool=32, gpts=[
                         GPTStage("target", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4),
                         GPTStage("drafter", grid=8, dim=32, n_layer=1, n_head=2, steps=2, batch=4),
-                        GPTStage("sd_drafter", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4)]),
+                        GPTStage("sd_drafter", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4)],
+                    upsampler=UpsamplerStage(channels=8, layers=1, steps=2, batch=4)),
 }
 
 
@@ -350,21 +363,31 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
         train_classifier(steps=p.classifier_steps, seed=DATA_SEED, device=device, out_path=str(out_p / "classifier.safetensors"))
     log.info("classifier ready after %.0fs", time.perf_counter() - t0)
     pool = None
-    unknown = set(stages or ()) - {s.name for s in p.gpts}
+    names = [s.name for s in p.gpts] + ["upsampler"]
+    unknown = set(stages or ()) - set(names)
     if unknown:
-        raise ValueError(f"--stages: unknown stage(s) {sorted(unknown)}; expected some of {[s.name for s in p.gpts]}")
+        raise ValueError(f"--stages: unknown stage(s) {sorted(unknown)}; expected some of {names}")
     for stage in p.gpts:
         if _done(out_p, stage.name) or (stages and stage.name not in stages):
             continue
         pool = pool or token_pool(vq, p, work_p, device)
         train_gpt(stage, p, pool, out_p, work_p, device)
         log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
+    if not _done(out_p, "upsampler") and (not stages or "upsampler" in stages):
+        from ..models.registry import load_model
+        from .upsampler import train_upsampler
+
+        pool = pool or token_pool(vq, p, work_p, device)
+        pair = [load_model(str(out_p / f"{name}.safetensors"), "", device=device, vq=vq) for name in ("target", "drafter")]
+        train_upsampler(p.upsampler, *pair, pool, out_p, work_p, device)
+        log.info("upsampler ready after %.0fs", time.perf_counter() - t0)
+    notes = json.loads((out_p / "family.json").read_text()).get("notes") if (out_p / "family.json").exists() else None
     (out_p / "family.json").write_text(json.dumps({
         "preset": preset, "classes": CLASS_NAMES, "image_size": p.image_size, "vq_downsample": p.vq.downsample,
         "gpt_data_variation": GPT_VARIATION,
         "members": {"vq": "vq.safetensors", "classifier": "classifier.safetensors",
-                    **{s.name: f"{s.name}.safetensors" for s in p.gpts}},
-        "reproduce": _command()}, indent=2))
+                    **{s.name: f"{s.name}.safetensors" for s in p.gpts}, "upsampler": "upsampler.safetensors"},
+        "reproduce": _command(), **({"notes": notes} if notes else {})}, indent=2))
     log.info("family trained in %.0fs", time.perf_counter() - t0)
 
 
@@ -375,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="models/embedded")
     ap.add_argument("--work", default="outputs/train", help="resume state and the encoded token pool")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
-    ap.add_argument("--stages", default="", help="comma-separated GPT stages to train (default: all)")
+    ap.add_argument("--stages", default="", help="comma-separated GPT stages and/or 'upsampler' to train (default: all)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.threads:

@@ -31,7 +31,7 @@ def _low(batch: int, rows: int, width: int, seed: int = 0) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- shapes
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "learned"])   # learned: its own tests below
 @pytest.mark.parametrize("drafter_grid,r", [(4, 2), (2, 4)])
 @pytest.mark.parametrize("rows", [1, 2])
 @pytest.mark.parametrize("with_context", [False, True])
@@ -159,7 +159,7 @@ def test_upsample_rows_rejects_bad_ratios(grids):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(kind="learned"), "learned upsampler is not shipped"), (dict(kind="bogus"), "kind"),
+    (dict(kind="bogus"), "kind"),
     (dict(filter="lanczos9"), "filter"), (dict(ratio=0), "ratio"), (dict(ratio=1.5), "ratio"),
 ])
 def test_bad_upsampler_settings(kwargs, match):
@@ -219,3 +219,38 @@ def test_pair_parallel_drafting_needs_low_resolution(grids):
 
 def test_pair_upsampler_ratio_mismatch(grids):
     _pair_error(grids[8], grids[4], _method(ratio=4), "ratio 4")
+
+
+# ----------------------------------------------------------------------------- learned route
+@pytest.fixture(scope="module")
+def learned_file(tmp_path_factory, grids):
+    from mulosd_core.models.latent_upsampler import LatentUpsampler, LatentUpsamplerConfig, save_latent_upsampler
+    torch.manual_seed(0)
+    net = LatentUpsampler(LatentUpsamplerConfig(codebook_size=V, ratio=2, channels=8, layers=2))
+    net.codebook_id = grids[8].codebook_id()
+    path = str(tmp_path_factory.mktemp("learned") / "up.safetensors")
+    save_latent_upsampler(net, path)
+    return path
+
+
+def test_learned_route_is_the_networks_prediction_under_the_context(grids, learned_file):
+    from mulosd_core.models.latent_upsampler import load_latent_upsampler
+    net = load_latent_upsampler(learned_file)
+    image = _low(2, 4, 4, seed=13)
+    cfg = UpsamplerConfig(kind="learned", weights=learned_file)
+    out = upsample_rows(cfg, grids[4], grids[8], image[:, 8:12], 1, image[:, :8])
+    assert out.shape == (2, 2 * 8)
+    assert torch.equal(out, net.upsample(image, 4, 4)[:, 2 * 2 * 8:3 * 2 * 8])
+
+
+def test_learned_route_refuses_another_ratio_or_codebook(grids, learned_file, vq):
+    cfg = UpsamplerConfig(kind="learned", weights=learned_file)
+    with pytest.raises(ValueError, match="upsamples by r = 2, but these models need r = 4"):
+        upsample_rows(cfg, grids[2], grids[8], _low(1, 1, 2), 1)
+    other = tiny_model(8, 99, vq=tiny_vq(5, V), dim=16, n_layer=1)
+    other_d = tiny_model(4, 98, vq=other.vq, dim=16, n_layer=1)
+    method = MethodConfig(verifier=VerifierConfig(rule="mulo"), upsampler=cfg)
+    with pytest.raises(ValueError, match="was trained on codebook .* uses codebook"):
+        check_pair(other, other_d, method)   # refused before any model runs
+    with pytest.raises(FileNotFoundError, match="no learned upsampler"):
+        check_pair(grids[8], grids[4], MethodConfig(upsampler=UpsamplerConfig(kind="learned", weights="/nonexistent.st")))

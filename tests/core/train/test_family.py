@@ -11,6 +11,7 @@ import torch
 
 from mulosd_core.ar import generate_ar
 from mulosd_core.data.procedural import NUM_CLASSES
+from mulosd_core.models.latent_upsampler import load_latent_upsampler
 from mulosd_core.models.registry import EMBEDDED_DIR, EMBEDDED_MEMBERS, load_gpt, load_model, load_vq
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.train import family
@@ -28,8 +29,13 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path):
         assert model.grid == stage.grid and model.num_classes == NUM_CLASSES
         card = json.loads((out / f"{stage.name}.json").read_text())
         assert card["steps"] == stage.steps and card["config"]["dim"] == stage.dim
+    net = load_latent_upsampler(str(out / "upsampler.safetensors"))
+    card = json.loads((out / "upsampler.json").read_text())
+    assert net.config.to_dict() == card["config"] and card["steps"] == family.PRESETS["smoke"].upsampler.steps
+    assert net.codebook_id == card["codebook_id"] == load_model(str(out / "target.safetensors"), "", vq=vq).codebook_id()
+    assert {"learned_token_match", "pixel_token_match", "nearest_token_match"} <= set(card["metrics"])
     fam = json.loads((out / "family.json").read_text())
-    assert fam["gpt_data_variation"] == "aligned" and set(fam["members"]) >= {"vq", "classifier", *GPT_MEMBERS}
+    assert fam["gpt_data_variation"] == "aligned" and set(fam["members"]) >= {"vq", "classifier", "upsampler", *GPT_MEMBERS}
     # a second run finds every member done and trains nothing
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
     family.main(["--preset", "smoke", "--out", str(out), "--work", str(work), "--threads", "1"])
@@ -62,6 +68,17 @@ def test_shipped_gpt_matches_its_card(member):
     model = load_model(os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS[member]), os.path.join(EMBEDDED_DIR, "vq.safetensors"))
     assert model.grid == card["grid"] and model.image_size == card["image_size"]
     assert card["metrics"]["evaluated_by"].startswith("python -m mulosd_core.train.evaluate")
+
+
+def test_shipped_upsampler_matches_its_card_and_codebook():
+    card = json.load(open(os.path.join(EMBEDDED_DIR, "upsampler.json")))
+    net = load_latent_upsampler(os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS["upsampler"]))
+    assert net.config.to_dict() == card["config"] and sum(t.numel() for t in net.parameters()) == card["params"]
+    target = load_model(os.path.join(EMBEDDED_DIR, "target.safetensors"), os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+    assert net.codebook_id == card["codebook_id"] == target.codebook_id()
+    # it was shipped because it reproduces more held-out target tokens than the training-free routes
+    m = card["metrics"]
+    assert m["learned_token_match"] > max(m["pixel_token_match"], m["nearest_token_match"])
 
 
 def test_shipped_vq_and_metrics_file():

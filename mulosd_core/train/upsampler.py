@@ -1,0 +1,76 @@
+"""Train the learned upsampler (models/latent_upsampler.py) on the family's token pool.
+
+Pairs are the same images encoded at both resolutions (`family.token_pool`: "low" at the
+drafter's grid, "full" at the target's), so the network learns which target tokens lie under
+a low-res row. Held-out pairs measure its token match against the pixel route's, each given
+only the rows a drafting step has (row-causal): the card records both.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..models.latent_upsampler import LatentUpsampler, LatentUpsamplerConfig, save_latent_upsampler
+from ..models.llamagen import LlamaGenModel
+from ..upsample import UpsamplerConfig, upsample_rows
+from .family import DATA_SEED, Progress, UpsamplerStage, _command, _load_resume, _save_resume, _write_card, cosine_lr
+
+log = logging.getLogger("mulosd.train")
+HELD_OUT = 1000   # the pool's last pairs, never trained on
+
+
+@torch.no_grad()
+def token_match(target: LlamaGenModel, drafter: LlamaGenModel, net: LatentUpsampler, low: torch.Tensor,
+                full: torch.Tensor) -> dict:
+    """Share of held-out target tokens each route reproduces, drafting one low-res row at a time
+    under the rows above it (what the engine gives an upsampler)."""
+    g, r = drafter.grid, net.config.ratio
+    learned = net.upsample(low, g, g)
+    pixel = torch.cat([upsample_rows(UpsamplerConfig(kind="pixel"), drafter, target, low[:, i * g:(i + 1) * g], 1,
+                                     low[:, :i * g]) for i in range(g)], 1)
+    nearest = low.view(-1, g, g).repeat_interleave(r, 1).repeat_interleave(r, 2).flatten(1)
+    return {f"{k}_token_match": float((v == full).float().mean())
+            for k, v in (("learned", learned), ("pixel", pixel), ("nearest", nearest))} | {"held_out_images": len(low)}
+
+
+def train_upsampler(stage: UpsamplerStage, target: LlamaGenModel, drafter: LlamaGenModel,
+                    pool: dict[str, torch.Tensor], out: Path, work: Path, device: str) -> LatentUpsampler:
+    """Train on the pool's pairs; `target` and `drafter` give the grids, the codebook and the pixel route to compare."""
+    cfg = LatentUpsamplerConfig(codebook_size=target.vocab_size, ratio=target.grid // drafter.grid,
+                                channels=stage.channels, layers=stage.layers)
+    torch.manual_seed(DATA_SEED)
+    net = LatentUpsampler(cfg).to(device).train()
+    opt = torch.optim.AdamW(net.parameters(), lr=stage.lr, weight_decay=0.01)
+    start, _ = _load_resume(work, "upsampler", net, opt)
+    low, full = pool["low"].long(), pool["full"].long()
+    n_train = len(low) - min(HELD_OUT, len(low) // 4)
+    g = drafter.grid
+    prog = Progress("upsampler", stage.steps, start)
+    loss_ema = None
+    for step in range(start, stage.steps):
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, stage.steps, stage.lr)
+        idx = torch.randint(0, n_train, (stage.batch,), generator=torch.Generator().manual_seed(DATA_SEED * 11 + step))
+        logits = net(low[idx].to(device), g, g)
+        loss = F.cross_entropy(logits.reshape(-1, cfg.codebook_size), full[idx].to(device).reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+        prog(step + 1, loss=loss_ema)
+        if (step + 1) % 200 == 0:
+            _save_resume(work, "upsampler", net, opt, step + 1, {})
+    net.eval()
+    net.codebook_id = codebook_id = target.codebook_id()
+    metrics = token_match(target, drafter, net, low[n_train:].to(device), full[n_train:].to(device))
+    log.info("[upsampler] held-out token match: learned %.3f, pixel %.3f, nearest %.3f", metrics["learned_token_match"],
+             metrics["pixel_token_match"], metrics["nearest_token_match"])
+    save_latent_upsampler(net, str(out / "upsampler.safetensors"))
+    _write_card(out, "upsampler", {"kind": "latent_upsampler", "config": cfg.to_dict(), "codebook_id": codebook_id,
+                                   "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema,
+                                   "data_seed": DATA_SEED, "metrics": metrics,
+                                   "params": sum(t.numel() for t in net.parameters()), "reproduce": _command()})
+    return net
