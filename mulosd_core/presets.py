@@ -18,10 +18,11 @@ from .upsample import UpsamplerConfig
 # hurt (cfg 2: 62%, cfg 4: 14%). Real LlamaGen models keep their own defaults (SamplingConfig()).
 EMBEDDED_SAMPLING = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=2, top_p=1.0)
 
-# Chosen by `python -m bench.sweep --samples 24 --threads 1` on the embedded pair
+# From `python -m bench.sweep --samples 24 --threads 1` on the embedded pair
 # (bench/results/sweep-embedded.md; 24 samples per setting, so the choice is noisy). The rule keeps
-# the fastest setting within 3 accuracy points and 15% FD of AR; on these weights only k = 1 (no
-# pooling) keeps AR's quality, and every qualifying setting is slower than AR on the CPU.
+# the fastest setting within 3 accuracy points and 15% FD of AR. The current run (whole-image VQ
+# coding) found no qualifying setting, so these are the previous sweep's choice, kept by the rule;
+# k = 1 (no pooling) loses least quality, and every setting is slower than AR on the CPU.
 MULO_TAU = 0.3
 MULO_K = 1
 MULO_RADIUS = 1

@@ -3,6 +3,8 @@ on tiny random LlamaGen models: output shapes for r = 2 and 4, what each route c
 errors for pairs and settings the method cannot run."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -254,3 +256,37 @@ def test_learned_route_refuses_another_ratio_or_codebook(grids, learned_file, vq
         check_pair(other, other_d, method)   # refused before any model runs
     with pytest.raises(FileNotFoundError, match="no learned upsampler"):
         check_pair(grids[8], grids[4], MethodConfig(upsampler=UpsamplerConfig(kind="learned", weights="/nonexistent.st")))
+
+
+# ----------------------------------------------------------------------------- on the shipped pair
+@pytest.fixture(scope="module")
+def embedded_pair():
+    from mulosd_core.models.registry import load_embedded
+    target = load_embedded("target")
+    return target, load_embedded("drafter", vq=target.vq)
+
+
+def test_whole_image_coding_keeps_the_drafter_context_in_distribution(embedded_pair):
+    """Regression: coding only the committed band (GroupNorm over the band, attention across it)
+    re-encoded about 6% of the first context row as the drafter was trained to see it; coding
+    the whole (reflected) image gives about 55%."""
+    from mulosd_core.data.procedural import GPT_VARIATION, make_batch
+    from mulosd_core.imageops import resize
+    target, drafter = embedded_pair
+    real = make_batch(torch.arange(40) % 10, 999, target.image_size, GPT_VARIATION)
+    tokens, low = target.encode(real), drafter.encode(resize(real, drafter.image_size, "area"))
+    ctx = downsample_rows(UpsamplerConfig(), drafter, target, tokens, 2)
+    band = drafter.encode(resize(target.decode_rows(tokens[:, :2 * 16], 2), (4, 32)))
+    match = float((ctx == low[:, :8]).float().mean())
+    assert match > 0.4 and match > 3 * float((band == low[:, :8]).float().mean())
+
+
+def test_shipped_learned_drafts_are_accepted_more_often_than_pixel_drafts(embedded_pair):
+    from mulosd_core import presets
+    target, drafter = embedded_pair
+    rates = {}
+    for kind in ("pixel", "learned"):
+        method = replace(presets.mulo_islands(), upsampler=UpsamplerConfig(kind=kind))
+        res = generate(target, torch.arange(4), presets.EMBEDDED_SAMPLING, method, drafter=drafter, seed=0, decode=False)
+        rates[kind] = res.stats.to_dict()["acceptance_rate"]
+    assert rates["learned"] > rates["pixel"] + 0.05, rates

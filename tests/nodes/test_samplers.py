@@ -97,6 +97,11 @@ def test_pair_errors_before_any_model_runs(models, tiny_models, monkeypatch):
     with pytest.raises(ValueError, match="drafter/target: .*'exact' needs"):
         ver = samplers.VerifierConfig(rule="exact", rejection="raster")
         samplers.MuLoSDSampler.execute(models["drafter"], models["target"], verifier=ver, **mulo_kw())
+    # the shipped learned upsampler knows the embedded family's codebook, not these tiny models'
+    from mulosd_pack.nodes.components import MuLoSDUpsampler
+    up = MuLoSDUpsampler.execute(kind="learned", ratio=0, filter="bicubic").result[0]
+    with pytest.raises(ValueError, match="drafter/target: learned upsampler .* was trained on codebook .* uses codebook"):
+        samplers.MuLoSDSampler.execute(models["drafter"], models["target"], upsampler=up, **mulo_kw())
 
 
 @pytest.mark.parametrize("mode", ["ar", "zipar", "sjd"])
