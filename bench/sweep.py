@@ -49,6 +49,7 @@ import torch
 from mulosd_core import presets as P
 from mulosd_core.engine import MethodConfig, VerifierConfig
 from mulosd_core.models.llamagen import LlamaGenModel
+from mulosd_core.upsample import KINDS, UpsamplerConfig
 
 from . import compare as C
 
@@ -111,14 +112,15 @@ def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, Metho
     return {"ar": ar, "rows": rows, "chosen": best["label"] if best else None}
 
 
-def _preset_settings() -> dict:
-    """MuLo-SD's swept settings as the presets have them now."""
-    return dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS)
+def _preset_settings(upsampler: str = "pixel") -> dict:
+    """MuLo-SD's swept settings as the presets have them now (the upsampler kind is an option, not swept)."""
+    return dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS,
+                upsampler=upsampler)
 
 
-def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS) -> MethodConfig:
+def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS, upsampler: str = "pixel") -> MethodConfig:
     base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius)
-    return replace(base, parallel_window=window, rows_per_step=rows)
+    return replace(base, parallel_window=window, rows_per_step=rows, upsampler=UpsamplerConfig(kind=upsampler))
 
 
 def _lantern(delta: float) -> MethodConfig:
@@ -141,7 +143,7 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
                                 drafter=_at_grid(models.drafter, gt // 2, f"drafter@{gt // 2}"))
         n = max(2, samples // 2)
         methods = {"ar": (MethodConfig(method="ar"), None),
-                   "mulo_islands": (_mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"]), "low")}
+                   "mulo_islands": (_mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"], cur["upsampler"]), "low")}
         t0 = time.perf_counter()
         raw = C.run_methods(m, methods, n, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:grid{gt}")
         summ = C.summarise(raw, methods, C.real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
@@ -153,12 +155,12 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
 
 
 def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
-          progress: bool = True) -> dict:
+          progress: bool = True, upsampler: str = "pixel") -> dict:
     g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, deltas=DELTAS)
     n_boot_fd = C.N_BOOT_FD_QUICK if quick else C.N_BOOT_FD
     real = C.real_features(models, samples)
     stages: dict[str, dict] = {}
-    cur = _preset_settings()
+    cur = _preset_settings(upsampler)
     kept: list[str] = []
 
     def stage(name: str, settings: dict) -> dict | None:
@@ -171,19 +173,19 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
             kept.append(name)
         return best
 
-    best = stage("tau_k", {f"tau={t} k={k}": (dict(tau=t, k=k), _mulo(t, k, cur["radius"], cur["window"], cur["rows"]), "low")
+    best = stage("tau_k", {f"tau={t} k={k}": (dict(tau=t, k=k), _mulo(t, k, cur["radius"], cur["window"], cur["rows"], cur["upsampler"]), "low")
                            for t in g["taus"] for k in g["ks"]})
     if best:
         cur.update(tau=best["params"]["tau"], k=best["params"]["k"])
-    best = stage("radius", {f"l={l}": (dict(radius=l), _mulo(cur["tau"], cur["k"], l, cur["window"], cur["rows"]), "low")
+    best = stage("radius", {f"l={l}": (dict(radius=l), _mulo(cur["tau"], cur["k"], l, cur["window"], cur["rows"], cur["upsampler"]), "low")
                             for l in g["radii"]})
     if best:
         cur.update(radius=best["params"]["radius"])
-    best = stage("window", {f"w={w}": (dict(window=w), _mulo(cur["tau"], cur["k"], cur["radius"], w, cur["rows"]), "low")
+    best = stage("window", {f"w={w}": (dict(window=w), _mulo(cur["tau"], cur["k"], cur["radius"], w, cur["rows"], cur["upsampler"]), "low")
                             for w in g["windows"]})
     if best:
         cur.update(window=best["params"]["window"])
-    best = stage("rows", {f"rows={n}": (dict(rows=n), _mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], n), "low")
+    best = stage("rows", {f"rows={n}": (dict(rows=n), _mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], n, cur["upsampler"]), "low")
                           for n in g["rows"]})
     if best:
         cur.update(rows=best["params"]["rows"])
@@ -204,7 +206,8 @@ def markdown(res: dict) -> str:
     f, ci = C._f, C._ci
     out = [f"# Sweep `{res['tag']}`", "", f"- command: `{res['command']}`", f"- date: {res['date']}",
            f"- hardware: {res['hardware']['device_name']} ({res['hardware']['device']}), {res['hardware']['cpu_count']} "
-           f"CPUs, torch {res['hardware']['torch']}", f"- samples per setting: {res['samples']}", f"- rule: {res['rule']}", ""]
+           f"CPUs, torch {res['hardware']['torch']}", f"- samples per setting: {res['samples']}",
+           f"- upsampler of every MuLo-SD setting: {res['settings'].get('upsampler', 'pixel')}", f"- rule: {res['rule']}", ""]
     if not res["settings"]["quality_meaningful"]:
         out += ["**Random models and classifier: quality columns are meaningless.**", ""]
     for name, s in res["sweep"]["stages"].items():
@@ -271,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-quick]")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--upsampler", default="pixel", choices=KINDS,
+                    help="upsampler kind of every MuLo-SD setting (the presets ship pixel)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -281,17 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.grid_only:
         n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
-                     "grid_experiment": grid_sizes(models, _preset_settings(), samples, args.batch, args.warmup, n_boot_fd,
+                     "grid_experiment": grid_sizes(models, _preset_settings(args.upsampler), samples, args.batch, args.warmup, n_boot_fd,
                                                    not args.no_progress)}
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
-                          not args.no_progress)
+                          not args.no_progress, args.upsampler)
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,
            "hardware": C.hardware(device), "samples": samples, "rule": RULE,
            "settings": {"models": args.models, "model_info": C.model_info(models), "dtype": args.dtype,
-                        "batch": args.batch, "warmup": args.warmup, "quick": args.quick, "sampling": C.SAMPLING.to_dict(),
+                        "batch": args.batch, "warmup": args.warmup, "upsampler": args.upsampler, "quick": args.quick, "sampling": C.SAMPLING.to_dict(),
                         "grid": models.target.grid, "quality_meaningful": models.quality_meaningful,
                         "seconds": time.perf_counter() - t0},
            "sweep": res_sweep}
