@@ -70,7 +70,7 @@ def configs(draw):
     )
     method = MethodConfig(
         method="speculative", verifier=verifier,
-        upsampler=UpsamplerConfig(kind=draw(st.sampled_from(KINDS)),
+        upsampler=UpsamplerConfig(kind=draw(st.sampled_from([k for k in KINDS if k != "learned"])),  # learned: tied to the shipped codebook, tested in test_upsample.py
                                   filter=draw(st.sampled_from(("bicubic", "nearest")))),
         rows_per_step=draw(st.integers(1, 3)),
         parallel_window=draw(st.integers(0, 4)) if r > 1 else 0,
