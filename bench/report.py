@@ -90,7 +90,9 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
     if sweep:
         ch = sweep["sweep"]["chosen"]
         lines += [f"Defaults chosen by `{sweep['command']}` ({sweep['date']}, {sweep['samples']} samples per setting): "
-                  + ", ".join(f"{k} = {v}" for k, v in ch.items()) + f". Rule: {sweep['rule']}.", ""]
+                  + ", ".join(f"{k} = {v}" for k, v in ch.items()) + f". Rule: {sweep['rule']}."
+                  + (f" No setting qualified in: {', '.join(kept)}, so the preset values there were kept."
+                     if (kept := sweep["sweep"].get("kept_preset_value_in")) else ""), ""]
     return "\n".join(lines)
 
 
