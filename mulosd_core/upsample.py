@@ -111,17 +111,15 @@ def upsample_rows(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARMo
     if context.shape[1] != c * drafter.grid or c + rows > drafter.grid:
         raise ValueError(f"low-res context must be whole rows of {drafter.grid} tokens above the drafted rows "
                          f"(at most {drafter.grid - rows} rows here), got {context.shape[1]} tokens")
-    if cfg.kind == "learned":
-        net = learned_net(cfg, target, r)
-        band = torch.cat([context.to(low.device), low], 1).to(net.head.weight.device)
-        tokens = net.upsample(band, c + rows, drafter.grid)
-        first = c * r * target.grid
-        return tokens[:, first:first + rows * r * target.grid].to(low.device)
-    if cfg.kind == "pixel":
+    if cfg.kind in ("learned", "pixel"):   # both read the whole band of low-res rows, context included
         band = torch.cat([context.to(low.device), low], 1)
-        images = drafter.decode(full_grid(band, c + rows, drafter.grid))
-        h, w = images.shape[-2:]
-        tokens = target.encode(resize(images, (h * r, w * r), cfg.filter))
+        if cfg.kind == "learned":
+            net = learned_net(cfg, target, r)
+            tokens = net.upsample(band.to(net.head.weight.device), c + rows, drafter.grid)
+        else:
+            images = drafter.decode(full_grid(band, c + rows, drafter.grid))
+            h, w = images.shape[-2:]
+            tokens = target.encode(resize(images, (h * r, w * r), cfg.filter))
         first = c * r * target.grid
         return tokens[:, first:first + rows * r * target.grid].to(low.device)
     # embedding: interpolate code vectors in latent space, then re-quantise

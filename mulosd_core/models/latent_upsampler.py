@@ -12,10 +12,10 @@ images encoded at both resolutions; tied to one codebook (`codebook_id` in the f
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -74,16 +74,13 @@ class LatentUpsampler(nn.Module):
         return self.forward(tokens, rows, width).argmax(-1)
 
 
-def save_latent_upsampler(net: LatentUpsampler, path: str, extra: Optional[dict] = None) -> None:
-    meta = {"kind": "latent_upsampler", "mulosd_config": net.config.to_dict(), "codebook_id": net.codebook_id,
-            **(extra or {})}
+def save_latent_upsampler(net: LatentUpsampler, path: str) -> None:
+    meta = {"kind": "latent_upsampler", "mulosd_config": net.config.to_dict(), "codebook_id": net.codebook_id}
     save_safetensors({k: v.half() for k, v in net.state_dict().items()}, path, meta)
 
 
 def load_latent_upsampler(path: str, device: str | torch.device = "cpu") -> LatentUpsampler:
     """Read a learned upsampler written by `save_latent_upsampler` (safetensors only)."""
-    import json
-
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no learned upsampler there; train one with "
                                 "`python -m mulosd_core.train.family --stages upsampler` or use the pixel upsampler")

@@ -27,11 +27,11 @@ def token_match(target: LlamaGenModel, drafter: LlamaGenModel, net: LatentUpsamp
                 full: torch.Tensor) -> dict:
     """Share of held-out target tokens each route reproduces, drafting one low-res row at a time
     under the rows above it (what the engine gives an upsampler)."""
-    g, r = drafter.grid, net.config.ratio
+    g = drafter.grid
     learned = net.upsample(low, g, g)
     pixel = torch.cat([upsample_rows(UpsamplerConfig(kind="pixel"), drafter, target, low[:, i * g:(i + 1) * g], 1,
                                      low[:, :i * g]) for i in range(g)], 1)
-    nearest = low.view(-1, g, g).repeat_interleave(r, 1).repeat_interleave(r, 2).flatten(1)
+    nearest = upsample_rows(UpsamplerConfig(kind="nearest"), drafter, target, low, g)   # reads no context
     return {f"{k}_token_match": float((v == full).float().mean())
             for k, v in (("learned", learned), ("pixel", pixel), ("nearest", nearest))} | {"held_out_images": len(low)}
 
