@@ -45,11 +45,13 @@ def available_bytes(device: torch.device) -> Optional[int]:
 
 def estimate_bytes(model: ImageARModel, batch: int, cfg: bool, chunk: Optional[int] = None) -> int:
     """Upper bound of what sampling allocates for `model`: its KV cache plus float32 logits and
-    probabilities for one verified chunk (`chunk` tokens, the whole grid by default)."""
+    probabilities for one verified chunk (`chunk` tokens, the whole grid by default), plus the
+    block in flight when its weights stream from the CPU (mulosd_core.offload)."""
     rows = batch * (2 if cfg else 1)
     cache = model.cache_bytes(rows) if hasattr(model, "cache_bytes") else 0
     chunk = model.num_tokens if chunk is None else min(chunk, model.num_tokens)
-    return cache + 2 * rows * chunk * model.vocab_size * 4
+    streamer = getattr(model, "streamer", None)
+    return cache + 2 * rows * chunk * model.vocab_size * 4 + (streamer.block_bytes if streamer is not None else 0)
 
 
 def check_fits(batch: int, cfg: bool, target: ImageARModel, drafter: Optional[ImageARModel] = None,
@@ -71,8 +73,8 @@ def check_fits(batch: int, cfg: bool, target: ImageARModel, drafter: Optional[Im
             parts = ", ".join(f"{k} {v / MB:.0f} MB" for k, v in need.items())
             raise NotEnoughMemory(
                 f"this run needs about {n / MB:.0f} MB on {dev} ({parts}) but only {free / MB:.0f} MB are free; "
-                f"lower batch_size (now {batch}) or the image size, load the models in bfloat16, or put the drafter "
-                f"on another device")
+                f"lower batch_size (now {batch}) or the image size, load the models in bfloat16, stream the target's weights from the "
+                f"cpu (the loaders' weights input), or put the drafter on another device")
     return need
 
 
@@ -84,10 +86,14 @@ def out_of_memory_advice(model: ImageARModel, batch: int) -> Iterator[None]:
     except (torch.OutOfMemoryError, MemoryError) as e:
         if isinstance(e, NotEnoughMemory):
             raise
+        streamer = getattr(model, "streamer", None)
+        if streamer is not None:
+            streamer.drop_all()  # the block that was in flight
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         raise NotEnoughMemory(
             f"{model.name} ran out of memory on {model.device} while sampling a batch of {batch} at grid "
             f"{model.grid}x{model.grid}; its caches were freed. Lower batch_size or the image size, load the models in "
-            f"bfloat16/float16, or put the drafter on another device ({type(e).__name__}: {str(e)[:200]})") from None
+            f"bfloat16/float16, stream the target's weights from the cpu (the loaders' weights input), or put the "
+            f"drafter on another device ({type(e).__name__}: {str(e)[:200]})") from None

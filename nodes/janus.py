@@ -22,9 +22,10 @@ from collections import OrderedDict
 import folder_paths
 from comfy_api.latest import io
 
+from mulosd_core import offload
 from mulosd_core.models.janus import DEFAULT_MAX_PROMPT_TOKENS, JanusModel, load_janus
 
-from .loaders import FOLDER, device_options, folder_stamp, resolve_device
+from .loaders import FOLDER, device_options, folder_stamp, resolve_device, weights_input
 from .text import DTYPES, resolve_dtype, validate_prompt
 from .types import JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel
 
@@ -73,21 +74,23 @@ def _missing(name, folders: dict) -> str:
             f"in the mulosd model folders {folder_paths.get_folder_paths(FOLDER)}, got {name!r}")
 
 
-def load(model_name: str, device: str, dtype: str) -> ModelHandle:
+def load(model_name: str, device: str, dtype: str, weights: str = "auto") -> ModelHandle:
     """The cached load behind Load Janus-Pro."""
     folders = janus_folders()
     if model_name not in folders:
         raise ValueError(_missing(model_name, folders))
     path, dev = folders[model_name], resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    key = (folder_stamp(path), str(dev), dt)
+    offload.choose_weights(weights, dev, 0, None)  # names a bad mode before anything loads
+    key = (folder_stamp(path), str(dev), dt, weights)
     model = _models.get(key)
     if model is None:
-        model = load_janus(path, dev, dt, name=model_name)
+        model = load_janus(path, offload.load_device(weights, dev), dt, name=model_name)
+        offload.place_weights(model, dev, weights)
         _models[key] = model
         while len(_models) > CACHE_SIZE:
             _models.popitem(last=False)
-        log.info("MuLo-SD: loaded Janus-Pro %s (%s) on %s", model_name, dt, dev)
+        log.info("MuLo-SD: loaded Janus-Pro %s (%s) on %s; %s", model_name, dt, dev, offload.weights_report(model))
     _models.move_to_end(key)
     return ModelHandle(model, model_name, path, path)
 
@@ -119,6 +122,7 @@ class MuLoSDLoadJanus(io.ComfyNode):
                 io.Combo.Input("dtype", options=list(DTYPES), default="auto",
                                tooltip="Weight precision; auto = bfloat16 on CUDA GPUs (as Janus-Pro generates), else "
                                        "float32. A 7B model needs about 15 GB in bfloat16."),
+                weights_input(),
             ],
             outputs=[MulosdModel.Output("model", display_name="model",
                                         tooltip="The loaded Janus-Pro model, for the target or drafter input of the "
@@ -134,8 +138,8 @@ class MuLoSDLoadJanus(io.ComfyNode):
         return True if model_name in folders else _missing(model_name, folders)
 
     @classmethod
-    def execute(cls, model_name, device, dtype) -> io.NodeOutput:
-        handle = load(model_name, device, dtype)
+    def execute(cls, model_name, device, dtype, weights="auto") -> io.NodeOutput:
+        handle = load(model_name, device, dtype, weights)
         return io.NodeOutput(handle, ui={"text": [handle.description]})
 
 

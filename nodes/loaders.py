@@ -19,6 +19,7 @@ import folder_paths
 import torch
 from comfy_api.latest import io
 
+from mulosd_core import offload
 from mulosd_core.models import registry
 from mulosd_core.models.checkpoints import CheckpointError  # noqa: F401  (passes through unchanged)
 
@@ -128,7 +129,7 @@ def resolve_image_size(gpt_name: str, gpt_path: str, image_size: int) -> int:
     return size
 
 
-def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str) -> ModelHandle:
+def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, weights: str = "auto") -> ModelHandle:
     """The cached load behind both loader nodes."""
     gpt_path = folder_paths.get_full_path_or_raise(FOLDER, gpt_name)
     vq_path = resolve_vq(gpt_name, gpt_path, vq_name)
@@ -136,21 +137,25 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str) 
     dev = resolve_device(device)
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {dtype!r}")
-    key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype)
+    offload.choose_weights(weights, dev, 0, None)  # names a bad mode before anything loads
+    key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype, weights)
     model = _models.get(key)
     if model is None:
         vq_key = (_stamp(vq_path), str(dev))
         if vq_key not in _vqs:
             _vqs[vq_key] = registry.load_vq(vq_path, device=dev)
         name = os.path.splitext(gpt_name.replace("\\", "/"))[0]
-        model = registry.load_model(gpt_path, vq_path, size, DTYPES[dtype], dev, name=name, vq=_vqs[vq_key])
+        model = registry.load_model(gpt_path, vq_path, size, DTYPES[dtype], offload.load_device(weights, dev),
+                                    name=name, vq=_vqs[vq_key])
+        offload.place_weights(model, dev, weights)
         _models[key] = model
         while len(_models) > CACHE_SIZE:
             _models.popitem(last=False)
         used = {id(m.vq) for m in _models.values()}
         for k in [k for k, v in _vqs.items() if id(v) not in used]:
             del _vqs[k]
-        log.info("MuLo-SD: loaded %s (%d px, grid %d) on %s", gpt_name, size, model.grid, dev)
+        log.info("MuLo-SD: loaded %s (%d px, grid %d) on %s; %s", gpt_name, size, model.grid, dev,
+                 offload.weights_report(model))
     _models.move_to_end(key)
     return ModelHandle(model, gpt_name, gpt_path, vq_path)
 
@@ -172,7 +177,18 @@ def loader_inputs(default: str, role: str) -> list:
                                "another; a small drafter can also run on the cpu."),
         io.Combo.Input("dtype", options=list(DTYPES), default="float32",
                        tooltip="Weight precision of the GPT (the VQ tokenizer stays float32); bfloat16/float16 halve memory on GPUs."),
+        weights_input(),
     ]
+
+
+def weights_input():
+    return io.Combo.Input(
+        "weights", options=list(offload.WEIGHT_MODES), default="auto",
+        tooltip="Where the weights wait between uses on a GPU. 'stream from cpu' keeps the transformer blocks in CPU "
+                "memory and copies each to the GPU only while it runs: the GPU then holds little more than the caches, "
+                "so a drafter and a target fit where one model did, at the cost of one copy of the weights per call "
+                "(cheapest for the target, which MuLo-SD calls least). auto streams only when the weights would not "
+                "fit in three quarters of the free GPU memory; 'on device' never streams. No effect on the cpu.")
 
 
 def check_names(model_name, vq_name) -> bool | str:
@@ -203,8 +219,8 @@ class MuLoSDLoadTarget(io.ComfyNode):
         return check_names(model_name, vq_name)
 
     @classmethod
-    def execute(cls, model_name, vq_name, image_size, device, dtype) -> io.NodeOutput:
-        handle = load(model_name, vq_name, image_size, device, dtype)
+    def execute(cls, model_name, vq_name, image_size, device, dtype, weights="auto") -> io.NodeOutput:
+        handle = load(model_name, vq_name, image_size, device, dtype, weights)
         return io.NodeOutput(handle, ui={"text": [handle.description]})
 
 
@@ -226,6 +242,6 @@ class MuLoSDLoadDrafter(io.ComfyNode):
         return check_names(model_name, vq_name)
 
     @classmethod
-    def execute(cls, model_name, vq_name, image_size, device, dtype) -> io.NodeOutput:
-        handle = load(model_name, vq_name, image_size, device, dtype)
+    def execute(cls, model_name, vq_name, image_size, device, dtype, weights="auto") -> io.NodeOutput:
+        handle = load(model_name, vq_name, image_size, device, dtype, weights)
         return io.NodeOutput(handle, ui={"text": [handle.description]})

@@ -21,6 +21,7 @@ import torch
 from comfy_api.latest import io
 
 from mulosd_core.models.janus import JanusModel
+from mulosd_core.offload import is_streamed, weights_report
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.models.text_encoder import T5CaptionEncoder
 
@@ -48,7 +49,7 @@ class ModelHandle:
             return (f"{self.name}: Janus-Pro text-to-image, language model {text.num_hidden_layers} layers x "
                     f"{text.hidden_size}, {m.image_size} px, grid {m.grid}x{m.grid}, prompts of up to {m.cond_len} "
                     f"tokens (chat-formatted); VQ in the folder (codebook {m.vocab_size}, {m.downsample}x downsampling); "
-                    f"{str(m.dtype).replace('torch.', '')} on {m.device}")
+                    f"{str(m.dtype).replace('torch.', '')} on {m.device}{self._streaming}")
         cfg = m.gpt.config
         if m.model_type == "c2i":
             kind, cond = "class-to-image (c2i)", f"{m.num_classes} classes"
@@ -57,7 +58,11 @@ class ModelHandle:
         return (f"{self.name}: LlamaGen {kind} GPT {cfg.name} ({cfg.n_layer} layers x {cfg.dim}), "
                 f"{m.image_size} px, grid {m.grid}x{m.grid}, {cond}; VQ {os.path.basename(self.vq_path)} "
                 f"(codebook {m.vocab_size}, {m.vq.downsample}x downsampling); "
-                f"{str(m.dtype).replace('torch.', '')} on {m.device}")
+                f"{str(m.dtype).replace('torch.', '')} on {m.device}{self._streaming}")
+
+    @property
+    def _streaming(self) -> str:
+        return f"; {weights_report(self.model)}" if is_streamed(self.model) else ""
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ class Graph:
 
 
 # ---------------------------------------------------------------------------- the graphs
-LOADER = dict(image_size=0, device="auto", dtype="float32")
+LOADER = dict(image_size=0, device="auto", dtype="float32", weights="auto")
 _V = presets.mulo_verifier()
 VERIFIER = dict(rule=_V.rule, tau=_V.tau, k_neighbours=_V.k_neighbours, expansion_radius=_V.expansion_radius,
                 rejection=_V.rejection, resampling=_V.resampling, lantern_delta=presets.LANTERN_DELTA)
@@ -205,8 +205,10 @@ def llamagen(name: str, note: str, drafter: tuple, target: tuple, vq: str, sampl
              prompt: str | None = None) -> Graph:
     """A LlamaGen pair; with a prompt (t2i) the samplers take its caption conditioning and ignore class_id."""
     g = Graph(name, note)
-    t = g.add("MuLoSDLoadTarget", (0, 0), model_name=target[0], vq_name=vq, image_size=target[1], device="auto", dtype="bfloat16")
-    d = g.add("MuLoSDLoadDrafter", (0, 260), model_name=drafter[0], vq_name=vq, image_size=drafter[1], device="auto", dtype="bfloat16")
+    t = g.add("MuLoSDLoadTarget", (0, 0), model_name=target[0], vq_name=vq, image_size=target[1], device="auto", dtype="bfloat16",
+              weights="auto")
+    d = g.add("MuLoSDLoadDrafter", (0, 260), model_name=drafter[0], vq_name=vq, image_size=drafter[1], device="auto", dtype="bfloat16",
+              weights="auto")
     up = g.add("MuLoSDUpsampler", (0, 520), kind="pixel", ratio=2, filter="bicubic")
     ver = g.add("MuLoSDLocalVerifier", (0, 700), **VERIFIER)
     common = dict(class_id=class_id, seed=0, **sampling)
@@ -229,9 +231,9 @@ def janus_pro() -> Graph:
                                     "processor files) go in ComfyUI/models/mulosd/janus/. The prompt is text: each model "
                                     "formats it itself.")
     t = g.add("MuLoSDLoadJanus", (0, 0), "Load Janus-Pro (target)", model_name="janus/Janus-Pro-7B", device="auto",
-              dtype="auto")
+              dtype="auto", weights="auto")
     d = g.add("MuLoSDLoadJanus", (0, 200), "Load Janus-Pro (drafter)", model_name="janus/Janus-Pro-1B", device="auto",
-              dtype="auto")
+              dtype="auto", weights="auto")
     text = g.add("MuLoSDJanusPrompt", (0, 400), prompt=JANUS_PROMPT)
     ver = g.add("MuLoSDLocalVerifier", (0, 640), **VERIFIER)
     common = dict(class_id=0, seed=0, **JANUS_SAMPLING, conditioning=text[0])

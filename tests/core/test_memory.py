@@ -75,6 +75,18 @@ def test_run_refused_before_any_model_runs_when_memory_is_short(monkeypatch):
     assert calls == []
 
 
+def test_estimate_counts_the_block_in_flight_of_a_streamed_model():
+    from mulosd_core.offload import resident_weights, stream_weights
+
+    target = tiny_model(4, 0, vq=tiny_vq(0, VOCAB))
+    plain = estimate_bytes(target, batch=1, cfg=False)
+    streamer = stream_weights(target, torch.device("cpu"))
+    try:
+        assert estimate_bytes(target, batch=1, cfg=False) == plain + streamer.block_bytes > plain
+    finally:
+        resident_weights(target)
+
+
 def test_check_fits_passes_with_room_and_reports_per_model():
     target, drafter = _pair()
     need = check_fits(2, True, target, drafter, available=lambda d: 1 << 40)

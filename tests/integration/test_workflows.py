@@ -16,11 +16,11 @@ from PIL import Image
 from workflow_format import api_workflows, needs_only_shipped_models, strip_meta, ui_to_api, ui_workflows
 
 NODES = {
-    "MuLoSDLoadTarget": ["model_name", "vq_name", "image_size", "device", "dtype"],
-    "MuLoSDLoadDrafter": ["model_name", "vq_name", "image_size", "device", "dtype"],
+    "MuLoSDLoadTarget": ["model_name", "vq_name", "image_size", "device", "dtype", "weights"],
+    "MuLoSDLoadDrafter": ["model_name", "vq_name", "image_size", "device", "dtype", "weights"],
     "MuLoSDLoadTextEncoder": ["encoder_name", "device", "dtype", "offload"],
     "MuLoSDTextPrompt": ["text_encoder", "prompt"],
-    "MuLoSDLoadJanus": ["model_name", "device", "dtype"],
+    "MuLoSDLoadJanus": ["model_name", "device", "dtype", "weights"],
     "MuLoSDJanusPrompt": ["prompt"],
     "MuLoSDUpsampler": ["kind", "ratio", "filter"],
     "MuLoSDLocalVerifier": ["rule", "tau", "k_neighbours", "expansion_radius", "rejection", "resampling", "lantern_delta"],

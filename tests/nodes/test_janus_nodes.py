@@ -136,6 +136,27 @@ def test_loader_errors_name_the_input(janus):
         janus.MuLoSDLoadJanus.execute(model_name="janus/nowhere", device="cpu", dtype="auto")
     with pytest.raises(ValueError, match="dtype: expected one of"):
         janus.MuLoSDLoadJanus.execute(model_name=TARGET, device="cpu", dtype="int8")
+    with pytest.raises(ValueError, match="weights: expected one of .* got 'gpu'"):
+        janus.MuLoSDLoadJanus.execute(model_name=TARGET, device="cpu", dtype="auto", weights="gpu")
+
+
+def test_streamed_janus_target_through_the_loader(janus, models, prompt, monkeypatch):
+    """weights = 'stream from cpu' with the CPU standing in for the GPU: the language model's layers
+    wait behind hooks, the loader says so, and greedy samples are unchanged."""
+    from mulosd_core import offload
+    from mulosd_pack.nodes.samplers import MuLoSDARSampler
+
+    real = offload.choose_weights
+    monkeypatch.setattr(offload, "choose_weights",
+                        lambda mode, dev, b, free: "stream" if mode == "stream from cpu" else real(mode, dev, b, free))
+    out = janus.MuLoSDLoadJanus.execute(model_name=TARGET, device="cpu", dtype="float32", weights="stream from cpu")
+    h = out.result[0]
+    assert offload.is_streamed(h.model) and h.model is not models["target"].model
+    assert "stream from the cpu" in h.description
+    kw = ar_kw() | {"temperature": 0.0}
+    a = MuLoSDARSampler.execute(models["target"], conditioning=prompt, **kw).result[0]
+    b = MuLoSDARSampler.execute(h, conditioning=prompt, **kw).result[0]
+    assert torch.equal(a, b)
 
 
 # ------------------------------------------------------------------------------ the prompt

@@ -11,8 +11,9 @@ def loaders(tiny_models):
     return loaders
 
 
-def run(cls, model_name, vq_name="auto", image_size=0, device="auto", dtype="float32"):
-    return cls.execute(model_name=model_name, vq_name=vq_name, image_size=image_size, device=device, dtype=dtype)
+def run(cls, model_name, vq_name="auto", image_size=0, device="auto", dtype="float32", weights="auto"):
+    return cls.execute(model_name=model_name, vq_name=vq_name, image_size=image_size, device=device, dtype=dtype,
+                       weights=weights)
 
 
 def test_lists_embedded_and_user_files(loaders):
@@ -100,6 +101,35 @@ def test_device_and_dtype_errors(loaders):
             run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", device="cuda")
     with pytest.raises(ValueError, match="dtype: "):
         run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", dtype="int8")
+
+
+def test_weights_mode_errors_and_cpu_placement(loaders):
+    with pytest.raises(ValueError, match=r"weights: expected one of \['auto', 'on device', 'stream from cpu'\], got 'disk'"):
+        run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", weights="disk")
+    h = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", device="cpu", weights="stream from cpu").result[0]
+    assert h.model.device.type == "cpu" and "stream" not in h.description  # on the cpu the weights are home already
+
+
+def test_streamed_target_through_the_loader(loaders, monkeypatch):
+    """What a GPU user gets from weights = 'stream from cpu', with the CPU standing in for the GPU: the
+    blocks wait in CPU memory behind hooks, the loader says so, and the model still samples."""
+    from mulosd_core import offload
+    from mulosd_core.ar import generate_ar
+    from mulosd_core.sampling import SamplingConfig
+
+    real = offload.choose_weights
+    monkeypatch.setattr(loaders, "_models", type(loaders._models)())  # not the cpu-resident load of another test
+    monkeypatch.setattr(offload, "choose_weights",
+                        lambda mode, dev, b, free: "stream" if mode == "stream from cpu" else real(mode, dev, b, free))
+    plain = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", device="cpu").result[0]
+    out = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", device="cpu", weights="stream from cpu")
+    h = out.result[0]
+    assert h.model is not plain.model and offload.is_streamed(h.model) and not offload.is_streamed(plain.model)
+    assert "blocks" in h.description and "stream from the cpu" in h.description and h.description in out.ui["text"]
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=0.0)
+    a = generate_ar(plain.model, torch.tensor([1, 2]), sampling, decode=False).tokens
+    b = generate_ar(h.model, torch.tensor([1, 2]), sampling, decode=False).tokens
+    assert torch.equal(a, b)
 
 
 def test_gpu_index_choices_and_errors(loaders, monkeypatch):

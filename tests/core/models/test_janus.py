@@ -322,6 +322,22 @@ def test_engine_local_islands_runs(target, drafter):
         assert out.tokens.shape == (1, target.num_tokens) and out.stats.target_calls < target.num_tokens + 1
 
 
+def test_streamed_janus_target_samples_the_same(target, drafter):
+    """Weight streaming (mulosd_core.offload) finds Janus's language-model layers and changes no sample."""
+    from mulosd_core.offload import model_blocks, resident_weights, stream_weights
+
+    sampling = SamplingConfig(cfg_scale=CFG, temperature=1.0, top_k=8)
+    spec = MethodConfig(method="speculative", verifier=VerifierConfig(rule="mulo", tau=0.5, k_neighbours=4))
+    plain = generate(target, PROMPTS, sampling, spec, drafter=drafter, seed=3, decode=False)
+    streamer = stream_weights(target, torch.device("cpu"))
+    try:
+        assert streamer.blocks == model_blocks(target) and len(streamer.blocks) == target.n_layer
+        streamed = generate(target, PROMPTS, sampling, spec, drafter=drafter, seed=3, decode=False)
+    finally:
+        resident_weights(target)
+    assert torch.equal(streamed.tokens, plain.tokens)
+
+
 # ------------------------------------------------------------------------------ (4) pairs
 def test_janus_drafter_llamagen_target_refused(drafter):
     llamagen = tiny_model(grid=GRID, vq=tiny_vq(1, codebook_size=V), model_type="t2i")
