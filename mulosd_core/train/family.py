@@ -42,6 +42,7 @@ class GPTStage:
     steps: int
     batch: int = 32
     lr: float = 1e-3
+    pool: int = 0   # images this stage learns from; 0 = the preset's shared pool, more extends it (low grid only)
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Preset:
     pool: int = 36000
     gpts: list[GPTStage] = field(default_factory=lambda: [
         GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=6000, batch=16),
-        GPTStage("drafter", grid=8, dim=64, n_layer=3, n_head=4, steps=24000, batch=32),
+        GPTStage("drafter", grid=8, dim=80, n_layer=4, n_head=4, steps=16000, batch=32, pool=108000),
         GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16),
     ])
     upsampler: UpsamplerStage = field(default_factory=UpsamplerStage)
@@ -85,7 +86,7 @@ PRESETS = {
                                          decoder_ch_mult=[1, 2, 2], z_channels=8, ch=8, num_res_blocks=1, norm_groups=4),
                     vq_steps=2, vq_batch=4, classifier_steps=2, pool=32, gpts=[
                         GPTStage("target", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4),
-                        GPTStage("drafter", grid=8, dim=32, n_layer=1, n_head=2, steps=2, batch=4),
+                        GPTStage("drafter", grid=8, dim=32, n_layer=1, n_head=2, steps=2, batch=4, pool=40),
                         GPTStage("sd_drafter", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4)],
                     upsampler=UpsamplerStage(channels=8, layers=1, steps=2, batch=4)),
 }
@@ -301,6 +302,35 @@ def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, tor
     return pool
 
 
+@torch.no_grad()
+def extended_low_pool(vq: VQModel, p: Preset, pool: dict[str, torch.Tensor], size: int, work: Path,
+                      device: str) -> dict[str, torch.Tensor]:
+    """The shared pool's low-grid tokens extended to `size` images with more of the same keyed stream.
+
+    The small drafter over-fits the shared pool (held-out loss above the training loss), and its
+    32 px images are cheap to encode, so it alone learns from a larger pool; the images it shares
+    with the other stages are the same ones.
+    """
+    if size <= p.pool:
+        return {"labels": pool["labels"][:size], "low": pool["low"][:size]}
+    path = work / f"token_pool_low_{size}.pt"
+    meta = {**pool["meta"], "extended_to": size}
+    if path.exists():
+        ext = torch.load(path, map_location="cpu", weights_only=True)
+        if ext.get("meta") == meta:
+            return ext
+    labels = torch.arange(size) % NUM_CLASSES
+    low = [pool["low"]]
+    for i in range(p.pool, size, 256):
+        images = make_keyed_batch(labels[i:min(i + 256, size)], (DATA_SEED, 2, i), p.image_size, GPT_VARIATION)
+        low.append(vq.encode(resize(images.to(device), p.image_size // 2, "area")).cpu().to(torch.int16))
+        if (i - p.pool) % 4096 == 0:
+            log.info("[pool] extending the low-grid pool: %d/%d images", i, size)
+    ext = {"labels": labels, "low": torch.cat(low), "meta": meta}
+    torch.save(ext, path)
+    return ext
+
+
 def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Path, work: Path, device: str) -> LlamaGenGPT:
     cfg = GPTConfig(dim=stage.dim, n_layer=stage.n_layer, n_head=stage.n_head, vocab_size=p.vq.codebook_size,
                     num_classes=NUM_CLASSES, multiple_of=32, name=f"embedded-{stage.name}")
@@ -338,7 +368,7 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
     save_safetensors({k: v.half() for k, v in model.state_dict().items()}, str(out / f"{stage.name}.safetensors"), meta)
     _write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
                                   "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema, "data_seed": DATA_SEED,
-                                  "data_variation": GPT_VARIATION,
+                                  "data_variation": GPT_VARIATION, "pool_images": int(tokens.shape[0]),
                                   "params": sum(t.numel() for t in model.parameters()), "reproduce": _command()})
     return model
 
@@ -371,7 +401,12 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
         if _done(out_p, stage.name) or (stages and stage.name not in stages):
             continue
         pool = pool or token_pool(vq, p, work_p, device)
-        train_gpt(stage, p, pool, out_p, work_p, device)
+        stage_pool = pool
+        if stage.pool and stage.pool != p.pool:
+            if stage.grid * 4 == p.image_size:
+                raise ValueError(f"stage {stage.name}: only a low-grid stage can have a pool of its own")
+            stage_pool = extended_low_pool(vq, p, pool, stage.pool, work_p, device)
+        train_gpt(stage, p, stage_pool, out_p, work_p, device)
         log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
     if not _done(out_p, "upsampler") and (not stages or "upsampler" in stages):
         from ..models.registry import load_model

@@ -29,6 +29,7 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path):
         assert model.grid == stage.grid and model.num_classes == NUM_CLASSES
         card = json.loads((out / f"{stage.name}.json").read_text())
         assert card["steps"] == stage.steps and card["config"]["dim"] == stage.dim
+        assert card["pool_images"] == (stage.pool or family.PRESETS["smoke"].pool)   # the drafter's is extended
     net = load_latent_upsampler(str(out / "upsampler.safetensors"))
     card = json.loads((out / "upsampler.json").read_text())
     assert net.config.to_dict() == card["config"] and card["steps"] == family.PRESETS["smoke"].upsampler.steps
@@ -52,6 +53,32 @@ def test_a_stale_token_pool_is_encoded_again(tmp_path):
     pool = family.token_pool(vq, p, tmp_path, "cpu")
     assert pool["meta"]["pool"] == p.pool and len(pool["labels"]) == p.pool
     assert torch.equal(family.token_pool(vq, p, tmp_path, "cpu")["full"], pool["full"])   # now reused as is
+
+
+def test_the_drafter_pool_extends_the_shared_one(tmp_path):
+    """Its first images are the shared pool's, the rest new ones of the same keyed stream; built once."""
+    p = family.PRESETS["smoke"]
+    vq = load_vq(os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+    shared = family.token_pool(vq, p, tmp_path, "cpu")
+    ext = family.extended_low_pool(vq, p, shared, p.pool + 300, tmp_path, "cpu")
+    assert ext["low"].shape == (p.pool + 300, shared["low"].shape[1]) and ext["low"].dtype == torch.int16
+    assert torch.equal(ext["low"][:p.pool], shared["low"]) and torch.equal(ext["labels"][:p.pool], shared["labels"])
+    assert torch.equal(ext["labels"], torch.arange(p.pool + 300) % NUM_CLASSES)
+    assert not torch.equal(ext["low"][p.pool:p.pool + 12], ext["low"][:12])          # new images, not a repeat
+    again = family.extended_low_pool(vq, p, shared, p.pool + 300, tmp_path, "cpu")
+    assert torch.equal(again["low"], ext["low"]) and len(list(tmp_path.glob("token_pool_low_*.pt"))) == 1
+    smaller = family.extended_low_pool(vq, p, shared, 8, tmp_path, "cpu")
+    assert torch.equal(smaller["low"], shared["low"][:8])
+
+
+def test_only_a_low_grid_stage_can_have_its_own_pool(tmp_path, monkeypatch):
+    import dataclasses
+
+    smoke = family.PRESETS["smoke"]
+    bad = dataclasses.replace(smoke, gpts=[dataclasses.replace(smoke.gpts[0], pool=64)])
+    monkeypatch.setitem(family.PRESETS, "smoke", bad)
+    with pytest.raises(ValueError, match="stage target: only a low-grid stage can have a pool of its own"):
+        family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", ["target"])
 
 
 def test_unknown_stage_is_refused(tmp_path):
