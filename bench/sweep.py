@@ -62,6 +62,7 @@ WINDOWS = (1, 2, 4, 8)
 ROWS = (1, 2, 4, 8)
 DELTAS = (0.05, 0.1, 0.2, 0.4)
 GRID_FACTORS = (1.0, 1.5, 2.0)
+RECHECKS = (0, 1, 4, 16)   # --recheck-only: rounds of VerifierConfig.recheck (our extension; 0 = the paper)
 QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), rows=(1, 2), deltas=(0.1, 0.4))
 ACC_TOL = 0.03          # accuracy may drop at most 3 points below AR's
 FD_TOL = 0.15           # FD may be at most 15% above AR's
@@ -118,8 +119,9 @@ def _preset_settings(upsampler: str = "pixel") -> dict:
                 upsampler=upsampler)
 
 
-def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS, upsampler: str = "pixel") -> MethodConfig:
-    base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius)
+def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS, upsampler: str = "pixel",
+          recheck: int = 0) -> MethodConfig:
+    base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius, recheck=recheck)
     return replace(base, parallel_window=window, rows_per_step=rows, upsampler=UpsamplerConfig(kind=upsampler))
 
 
@@ -152,6 +154,20 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
                       "seconds": time.perf_counter() - t0,
                       **{meth: {k: summ[meth][k] for k in KEEP} for meth in methods}})
     return grids
+
+
+def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boot_fd: int, progress: bool,
+                  upsampler: str) -> dict:
+    """MuLo-SD at the preset defaults with each RECHECKS number of recheck rounds, against AR (the rule
+    is applied and reported, but nothing is chosen: recheck is not a preset yet)."""
+    cur = _preset_settings(upsampler)
+    t0 = time.perf_counter()
+    settings = {f"recheck={n}": (dict(recheck=n), _mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"],
+                                                        upsampler, recheck=n), "low") for n in RECHECKS}
+    s = run_stage("recheck", models, settings, samples, batch, warmup, n_boot_fd, C.real_features(models, samples),
+                  progress)
+    s["seconds"] = time.perf_counter() - t0
+    return s
 
 
 def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
@@ -270,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid-experiment", action="store_true", help="also run other target grids (untrained)")
     ap.add_argument("--grid-only", action="store_true",
                     help="only the grid-size experiment, at the preset defaults (tag grid-<models>)")
+    ap.add_argument("--recheck-only", action="store_true",
+                    help="only recheck rounds 0/1/4/16 at the preset defaults (tag recheck-<models>)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-quick]")
     ap.add_argument("--threads", type=int, default=0)
@@ -279,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    tag = args.tag or ("grid" if args.grid_only else "sweep") + f"-{args.models}" + ("-quick" if args.quick else "")
+    kind = "grid" if args.grid_only else "recheck" if args.recheck_only else "sweep"
+    tag = args.tag or kind + f"-{args.models}" + ("-quick" if args.quick else "")
     samples = args.samples or (2 if args.quick else 100)
     t0 = time.perf_counter()
     models = C.load_models(args.models, args.device, C.DTYPES[args.dtype], tiny_grid=args.tiny_grid)
@@ -288,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
                      "grid_experiment": grid_sizes(models, _preset_settings(args.upsampler), samples, args.batch, args.warmup, n_boot_fd,
                                                    not args.no_progress)}
+    elif args.recheck_only:
+        n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
+        res_sweep = {"stages": {"recheck": recheck_stage(models, samples, args.batch, args.warmup, n_boot_fd,
+                                                         not args.no_progress, args.upsampler)},
+                     "chosen": None, "kept_preset_value_in": [], "preset_before": None, "grid_experiment": None}
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
                           not args.no_progress, args.upsampler)

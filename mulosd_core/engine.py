@@ -53,6 +53,10 @@ class VerifierConfig:
     resampling: str = "islands"
     lantern_delta: float = 0.1
     lantern_k: int = 0          # 0: upstream's 1000 of 16384 codes, scaled to the codebook (verify.lantern_neighbours)
+    # Our extension, not in the paper: after island resampling, verify the accepted drafts that follow a
+    # resampled token again, in the tokens' final context, and resample those that now fail; at most this
+    # many rounds (0 = the paper's method). Local rejection with the mulo or greedy rule only.
+    recheck: int = 0
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("rule", self.rule, RULES), ("rejection", self.rejection, REJECTIONS),
@@ -61,9 +65,13 @@ class VerifierConfig:
                 raise ValueError(f"verifier {name} must be one of {allowed}, got {value!r}")
         for name, ok, want in (("tau", self.tau >= 0, ">= 0"), ("k_neighbours", self.k_neighbours >= 1, ">= 1"),
                                ("expansion_radius", self.expansion_radius >= 0, ">= 0"),
-                               ("lantern_delta", self.lantern_delta >= 0, ">= 0"), ("lantern_k", self.lantern_k >= 0, ">= 0 (0 = scaled to the codebook)")):
+                               ("lantern_delta", self.lantern_delta >= 0, ">= 0"), ("lantern_k", self.lantern_k >= 0, ">= 0 (0 = scaled to the codebook)"),
+                               ("recheck", self.recheck >= 0, ">= 0")):
             if not ok:
                 raise ValueError(f"verifier {name} must be {want}, got {getattr(self, name)}")
+        if self.recheck and (self.rejection != "local" or self.rule not in ("mulo", "greedy")):
+            raise ValueError(f"verifier recheck needs local rejection with the mulo or greedy rule (a deterministic test "
+                             f"that can be repeated), got rule {self.rule!r} with {self.rejection} rejection")
 
 
 @dataclass
@@ -366,7 +374,44 @@ class _Speculative:
             return e
         with self.stats.timer("resample"):
             self._resample(region.view(self.B, r1 - r0, W), base, f, e, probs)
+            first = base + int(region.any(0).nonzero().min())
+            for _ in range(self.v.recheck):
+                first = self._recheck(base, r1 - r0, first, e)
+                if first is None:
+                    break
         return e
+
+    def _recheck(self, base: int, rows: int, first: int, e: int) -> Optional[int]:
+        """One round of `VerifierConfig.recheck` after tokens from position `first` on were resampled.
+
+        Drafts before `first` kept their context; accepted drafts after it are verified again given the
+        current tokens (one target call, which also refreshes stale K/V), and those that fail are
+        resampled. Returns the first position resampled this round, None when nothing failed. That
+        position moves forward every round, so the rounds end.
+        """
+        lo = first + 1
+        if lo >= e:
+            return None
+        probs = self._target_probs(lo, e)
+        tokens = self.tokens[:, lo:e]
+        ok = (verify.mulo_accept(probs, tokens, self.nbr, self.v.tau) if self.v.rule == "mulo"
+              else verify.greedy_accept(probs, tokens))
+        fail = (self.codes[:, lo:e] == ACCEPTED) & ~ok
+        n_fail = int(fail.sum())
+        if n_fail == 0:
+            return None
+        self.codes[:, lo:e][fail] = REJECTED
+        self.stats.accepted -= n_fail
+        self.stats.resampled += n_fail
+        self.stats.rechecked += n_fail
+        region = torch.zeros(self.B, rows * self.W, dtype=torch.bool, device=fail.device)
+        region[:, lo - base:e - base] = fail
+        waves = len(self.stats.largest_island)
+        self._resample(region.view(self.B, rows, self.W), base, lo, e, probs)
+        if len(self.stats.largest_island) > waves:   # one entry per step: the step's largest, rounds included
+            last = self.stats.largest_island.pop()
+            self.stats.largest_island[-1] = max(self.stats.largest_island[-1], last)
+        return lo + int(fail.any(0).nonzero().min())
 
     def _resample(self, region: torch.Tensor, base: int, f: int, e: int, probs: torch.Tensor) -> None:
         """Serial (raster order, one call each) or island waves (one call per wave for all islands)."""

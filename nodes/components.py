@@ -82,13 +82,19 @@ class MuLoSDLocalVerifier(io.ComfyNode):
                                tooltip="lantern rule: cap on the neighbour probability mass added to the draft's own "
                                        "(LANTERN's delta). Its neighbourhood k is LANTERN's 1000 of 16384 codes scaled to the "
                                        "model's codebook (1000 for LlamaGen, 62 for the embedded models)."),
+                io.Int.Input("recheck", default=v.recheck, min=0, max=64,
+                             tooltip="Our extension, not in the paper (0 = the paper's method). After the islands are "
+                                     "resampled, the accepted drafts after them are verified again given the final tokens "
+                                     "and resampled if they fail, up to this many rounds. Local rejection with the mulo "
+                                     "or greedy rule only. Each round costs a target call."),
             ],
             outputs=[MulosdVerifier.Output("verifier", display_name="verifier",
                                            tooltip="The verifier settings, for the MuLo-SD Sampler.")],
         )
 
     @classmethod
-    def execute(cls, rule, tau, k_neighbours, expansion_radius, rejection, resampling, lantern_delta) -> io.NodeOutput:
+    def execute(cls, rule, tau, k_neighbours, expansion_radius, rejection, resampling, lantern_delta,
+                recheck=0) -> io.NodeOutput:
         return io.NodeOutput(VerifierConfig(rule=rule, tau=tau, k_neighbours=k_neighbours, expansion_radius=expansion_radius,
                                             rejection=rejection, resampling=resampling, lantern_delta=lantern_delta,
-                                            lantern_k=presets.LANTERN_K))
+                                            lantern_k=presets.LANTERN_K, recheck=recheck))

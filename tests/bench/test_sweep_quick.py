@@ -36,3 +36,13 @@ def test_grid_only_runs_ar_and_mulo_at_each_grid(tmp_path):
         assert g["ar"]["target_calls"] == g["grid"] ** 2          # AR: one target call per token
         assert g["mulo_islands"]["wall_ratio_vs_ar"] > 0
     assert "## Grid size" in (tmp_path / "grid-tiny-quick.md").read_text()
+
+
+def test_recheck_only_compares_recheck_rounds_against_ar(tmp_path):
+    assert S.main(["--recheck-only", "--quick", "--models", "tiny", "--out", str(tmp_path), "--no-progress"]) == 0
+    res = json.loads((tmp_path / "recheck-tiny-quick.json").read_text())
+    assert res["sweep"]["chosen"] is None and list(res["sweep"]["stages"]) == ["recheck"]
+    rows = res["sweep"]["stages"]["recheck"]["rows"]
+    assert [r["params"]["recheck"] for r in rows] == list(S.RECHECKS)
+    assert all(r["wall_ratio_vs_ar"] > 0 for r in rows)
+    assert "## recheck" in (tmp_path / "recheck-tiny-quick.md").read_text()

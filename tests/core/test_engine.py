@@ -100,9 +100,9 @@ def map_codes(maps: torch.Tensor) -> torch.Tensor:
     return best.indices
 
 
-def spec(rule="mulo", rejection="local", resampling="islands", tau=0.3, k=4, radius=1, **kw) -> MethodConfig:
+def spec(rule="mulo", rejection="local", resampling="islands", tau=0.3, k=4, radius=1, recheck=0, **kw) -> MethodConfig:
     verifier = VerifierConfig(rule=rule, tau=tau, k_neighbours=k, expansion_radius=radius, rejection=rejection,
-                              resampling=resampling)
+                              resampling=resampling, recheck=recheck)
     kind = kw.pop("kind", "nearest")
     return MethodConfig(method="speculative", verifier=verifier, upsampler=UpsamplerConfig(kind=kind), **kw)
 
@@ -446,9 +446,10 @@ def test_committed_positions_are_never_rewritten(models, drafter, rejection, res
         assert torch.equal(res.tokens[:, :done], toks[:, :done])
 
 
-@pytest.mark.parametrize("resampling,radius,cfg,seed", [("serial", 0, 1.0, 0), ("islands", 0, 3.0, 2),
-                                                       ("serial", 1, 3.0, 1), ("islands", 1, 1.0, 1)])
-def test_target_distributions_are_current(models, monkeypatch, resampling, radius, cfg, seed):
+@pytest.mark.parametrize("resampling,radius,cfg,seed,recheck", [("serial", 0, 1.0, 0, 0), ("islands", 0, 3.0, 2, 0),
+                                                               ("serial", 1, 3.0, 1, 0), ("islands", 1, 1.0, 1, 0),
+                                                               ("islands", 1, 3.0, 2, 4)])
+def test_target_distributions_are_current(models, monkeypatch, resampling, radius, cfg, seed, recheck):
     """Every distribution the verifier or resampler reads equals the target's distribution given the
     tokens as they are at that moment. Regression: when a chunk's resampling ended before its last
     position, the resampled tokens' K/V stayed stale and the next chunk's verify attended them."""
@@ -465,20 +466,64 @@ def test_target_distributions_are_current(models, monkeypatch, resampling, radiu
         return out
 
     monkeypatch.setattr(engine._Speculative, "_target_probs", checked)
-    method = spec(rule="mulo", tau=0.5, k=10, radius=radius, rejection="local", resampling=resampling)
+    method = spec(rule="mulo", tau=0.5, k=10, radius=radius, rejection="local", resampling=resampling, recheck=recheck)
     res = generate(target, labels, sampling, method, drafter=models["same"], seed=seed, decode=False)
     # the run has the regression's situation: a chunk (row) before the last one whose last position
     # every sample accepted while some sample resampled an earlier position
     rows = map_codes(res.maps).view(3, 4, 4)[:, :3]
-    assert bool(((rows[:, :, -1] == ACCEPTED).all(0) & (rows != ACCEPTED).any(-1).any(0)).any())
+    if recheck:   # the recheck rounds ran: their calls were checked too
+        assert res.stats.rechecked > 0
+    else:
+        assert bool(((rows[:, :, -1] == ACCEPTED).all(0) & (rows != ACCEPTED).any(-1).any(0)).any())
     assert len(errors) >= 4 and max(errors) < 1e-5
+
+
+# ----------------------------------------------------------------------------- recheck (our extension)
+def stale_acceptances(target, labels, res, sampling, tau) -> int:
+    """Accepted drafts whose target probability, given the final tokens before them, is below tau."""
+    p = teacher_forced_probs(target, labels, res.tokens, sampling).gather(-1, res.tokens[..., None])[..., 0]
+    return int(((map_codes(res.maps) == ACCEPTED) & (p < tau)).sum())
+
+
+@pytest.mark.parametrize("drafter,resampling", [(2, "islands"), ("same", "islands"), (2, "serial")])
+def test_recheck_keeps_only_drafts_the_final_context_accepts(models, drafter, resampling):
+    """The paper's verifier judges a draft in the context of the drafts before it; when one of those is
+    resampled, an accepted draft may no longer pass. recheck verifies again until none fails."""
+    target, labels = models[4], torch.tensor([0, 3, 5, 6])
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=4)
+    stale = {0: 0, 16: 0}
+    for seed in range(6):
+        for recheck in stale:
+            method = spec(rule="mulo", tau=0.3, k=1, radius=0, resampling=resampling, recheck=recheck)
+            res = generate(target, labels, sampling, method, drafter=models[drafter], seed=seed, decode=False)
+            stale[recheck] += stale_acceptances(target, labels, res, sampling, 0.3)
+            s, codes = res.stats, map_codes(res.maps)
+            assert s.accepted + s.resampled == 16 * len(labels) and int((codes == ACCEPTED).sum()) == s.accepted
+            assert int(((codes == REJECTED) | (codes == NEIGHBOUR)).sum()) == s.resampled
+            assert s.rechecked <= s.resampled and (recheck or s.rechecked == 0)
+            assert len(s.largest_island) == s.steps
+    assert stale[0] > 0          # the situation arises without recheck ...
+    assert stale[16] == 0        # ... and recheck removes it
+
+
+def test_recheck_zero_is_the_papers_method(models):
+    sampling = SamplingConfig(cfg_scale=2.0, temperature=1.0, top_k=4)
+    a = generate(models[4], torch.tensor([1, 2]), sampling, spec(k=1), drafter=models[2], seed=3, decode=False)
+    b = generate(models[4], torch.tensor([1, 2]), sampling, spec(k=1, recheck=0), drafter=models[2], seed=3, decode=False)
+    assert torch.equal(a.tokens, b.tokens) and a.stats.rechecked == 0
+
+
+@pytest.mark.parametrize("kwargs", [dict(rejection="raster"), dict(rule="exact"), dict(rule="lantern")])
+def test_recheck_needs_a_repeatable_local_test(kwargs):
+    with pytest.raises(ValueError, match="recheck needs local rejection with the mulo or greedy rule"):
+        VerifierConfig(recheck=2, **kwargs)
 
 
 # ----------------------------------------------------------------------------- parameter errors
 @pytest.mark.parametrize("kwargs,name", [
     (dict(rule="nope"), "rule"), (dict(rejection="nope"), "rejection"), (dict(resampling="nope"), "resampling"),
     (dict(tau=-0.1), "tau"), (dict(k_neighbours=0), "k_neighbours"), (dict(expansion_radius=-1), "expansion_radius"),
-    (dict(lantern_delta=-1.0), "lantern_delta"), (dict(lantern_k=-1), "lantern_k"),
+    (dict(lantern_delta=-1.0), "lantern_delta"), (dict(lantern_k=-1), "lantern_k"), (dict(recheck=-1), "recheck"),
 ])
 def test_bad_verifier_parameters_are_named(kwargs, name):
     with pytest.raises(ValueError, match=name):

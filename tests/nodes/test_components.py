@@ -25,6 +25,18 @@ def test_verifier_ablation_settings(pack):
     assert (out.k_neighbours, out.rejection, out.tau) == (1, "raster", presets.MULO_TAU)
 
 
+def test_verifier_recheck_input(pack):
+    import pytest
+
+    from mulosd_pack.nodes.components import MuLoSDLocalVerifier
+
+    assert defaults(MuLoSDLocalVerifier)["recheck"] == 0          # the paper's method by default
+    out = MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4})).result[0]
+    assert out.recheck == 4
+    with pytest.raises(ValueError, match="recheck needs local rejection"):
+        MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "rejection": "raster"}))
+
+
 def test_upsampler_defaults_and_ratio(pack):
     from mulosd_pack.nodes.components import MuLoSDUpsampler
 

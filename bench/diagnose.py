@@ -1,0 +1,101 @@
+"""Where MuLo-SD's tokens stand under the target once the image is finished.
+
+    python -m bench.diagnose [--samples 24] [--methods mulo_islands mulo_learned] [--recheck 0 16]
+
+For every image, the final tokens are scored by one teacher-forced target pass (the target's
+processed distribution at each position given all final tokens before it, as AR would have
+sampled it). Per kind of token in the acceptance map (accepted draft, rejected, expanded
+neighbour) it reports the mean NLL and the share the target gives probability below the
+verifier's tau ("stale": accepted in the drafts' context, not in the final one) or exactly 0
+(outside top-k/top-p: a token AR sampling could never produce). AR's own tokens are the
+reference. Same classes and seeds as the benchmark (sample i: class i mod 12, seed i).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+
+import torch
+
+from mulosd_core.ar import generate_ar
+from mulosd_core.data.procedural import NUM_CLASSES
+from mulosd_core.engine import ACCEPTED, MAP_COLOURS, NEIGHBOUR, REJECTED, generate
+from mulosd_core.presets import method_presets
+from mulosd_core.sampling import cfg_combine, process_logits
+
+from . import compare as C
+
+KINDS = {"accepted": ACCEPTED, "rejected": REJECTED, "neighbour": NEIGHBOUR}
+
+
+def map_codes(maps: torch.Tensor) -> torch.Tensor:
+    """Acceptance maps [B, 3, g, g] -> codes [B, g*g] (the nearest of MAP_COLOURS)."""
+    px = maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1, 1, 3)
+    return (px - MAP_COLOURS.to(maps.device)).abs().amax(-1).min(-1).indices
+
+
+@torch.no_grad()
+def final_probs(target, labels: torch.Tensor, tokens: torch.Tensor, sampling) -> torch.Tensor:
+    """p [B, N] the target's processed distribution gives each final token given the final tokens before it."""
+    logits = target.gpt(tokens, labels, target.grid)
+    if sampling.uses_cfg:
+        null = target.gpt(tokens, target.gpt.null_condition(len(labels), tokens.device), target.grid)
+        logits = cfg_combine(torch.cat([logits, null]), sampling.cfg_scale)
+    return process_logits(logits, sampling).gather(-1, tokens[..., None])[..., 0]
+
+
+def diagnose(models: C.Models, name: str, recheck: int, samples: int) -> dict:
+    """Per token kind: count, mean NLL (nats, p clamped at 1e-12), share below tau, share at p = 0."""
+    cfg, kind = method_presets()[name]
+    cfg = replace(cfg, verifier=replace(cfg.verifier, recheck=recheck))
+    tau = cfg.verifier.tau
+    acc: dict[str, list[torch.Tensor]] = {k: [] for k in KINDS}
+    for i in range(samples):
+        lab = torch.tensor([i % NUM_CLASSES])
+        res = generate(models.target, lab, C.SAMPLING, cfg, drafter=models.drafter_for(kind), seed=i, decode=False)
+        p, codes = final_probs(models.target, lab, res.tokens, C.SAMPLING)[0], map_codes(res.maps)[0]
+        for k, code in KINDS.items():
+            acc[k].append(p[codes == code])
+    return {k: summary(torch.cat(v), tau) for k, v in acc.items()}
+
+
+def summary(p: torch.Tensor, tau: float) -> dict:
+    n = p.numel()
+    return {"tokens": n, "nll": float(-p.clamp_min(1e-12).log().mean()) if n else None,
+            "below_tau": float((p < tau).float().mean()) if n else None,
+            "zero": float((p == 0).float().mean()) if n else None}
+
+
+def ar_reference(models: C.Models, samples: int) -> dict:
+    ps = []
+    for i in range(samples):
+        lab = torch.tensor([i % NUM_CLASSES])
+        res = generate_ar(models.target, lab, C.SAMPLING, seed=i, decode=False)
+        ps.append(final_probs(models.target, lab, res.tokens, C.SAMPLING)[0])
+    return summary(torch.cat(ps), tau=0.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--samples", type=int, default=24)
+    ap.add_argument("--methods", nargs="+", default=["mulo_islands", "mulo_learned"])
+    ap.add_argument("--recheck", nargs="+", type=int, default=[0, 16], help="recheck rounds to run each method with")
+    ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = C.load_models(args.models)
+    out = {"command": "python -m bench.diagnose " + " ".join(sys.argv[1:] if argv is None else argv),
+           "ar": ar_reference(models, args.samples), "methods": {}}
+    for name in args.methods:
+        for n in args.recheck:
+            out["methods"][f"{name} recheck={n}"] = diagnose(models, name, n, args.samples)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
