@@ -23,7 +23,7 @@ from mulosd_core.ar import generate_ar
 from mulosd_core.data.procedural import NUM_CLASSES
 from mulosd_core.engine import ACCEPTED, MAP_COLOURS, NEIGHBOUR, REJECTED, generate
 from mulosd_core.presets import method_presets
-from mulosd_core.sampling import cfg_combine, process_logits
+from mulosd_core.train.evaluate import token_probs
 
 from . import compare as C
 
@@ -36,16 +36,6 @@ def map_codes(maps: torch.Tensor) -> torch.Tensor:
     return (px - MAP_COLOURS.to(maps.device)).abs().amax(-1).min(-1).indices
 
 
-@torch.no_grad()
-def final_probs(target, labels: torch.Tensor, tokens: torch.Tensor, sampling) -> torch.Tensor:
-    """p [B, N] the target's processed distribution gives each final token given the final tokens before it."""
-    logits = target.gpt(tokens, labels, target.grid)
-    if sampling.uses_cfg:
-        null = target.gpt(tokens, target.gpt.null_condition(len(labels), tokens.device), target.grid)
-        logits = cfg_combine(torch.cat([logits, null]), sampling.cfg_scale)
-    return process_logits(logits, sampling).gather(-1, tokens[..., None])[..., 0]
-
-
 def diagnose(models: C.Models, name: str, recheck: int, samples: int) -> dict:
     """Per token kind: count, mean NLL (nats, p clamped at 1e-12), share below tau, share at p = 0."""
     cfg, kind = method_presets()[name]
@@ -55,7 +45,7 @@ def diagnose(models: C.Models, name: str, recheck: int, samples: int) -> dict:
     for i in range(samples):
         lab = torch.tensor([i % NUM_CLASSES])
         res = generate(models.target, lab, C.SAMPLING, cfg, drafter=models.drafter_for(kind), seed=i, decode=False)
-        p, codes = final_probs(models.target, lab, res.tokens, C.SAMPLING)[0], map_codes(res.maps)[0]
+        p, codes = token_probs(models.target, res.tokens, lab, C.SAMPLING)[0], map_codes(res.maps)[0]
         for k, code in KINDS.items():
             acc[k].append(p[codes == code])
     return {k: summary(torch.cat(v), tau) for k, v in acc.items()}
@@ -73,7 +63,7 @@ def ar_reference(models: C.Models, samples: int) -> dict:
     for i in range(samples):
         lab = torch.tensor([i % NUM_CLASSES])
         res = generate_ar(models.target, lab, C.SAMPLING, seed=i, decode=False)
-        ps.append(final_probs(models.target, lab, res.tokens, C.SAMPLING)[0])
+        ps.append(token_probs(models.target, res.tokens, lab, C.SAMPLING)[0])
     return summary(torch.cat(ps), tau=0.0)
 
 

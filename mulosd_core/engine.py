@@ -373,25 +373,27 @@ class _Speculative:
             self.stats.largest_island.append(0)
             return e
         with self.stats.timer("resample"):
-            self._resample(region.view(self.B, r1 - r0, W), base, f, e, probs)
+            waves = self._resample(region.view(self.B, r1 - r0, W), base, f, e, probs)
             first = base + int(region.any(0).nonzero().min())
             for _ in range(self.v.recheck):
-                first = self._recheck(base, r1 - r0, first, e)
+                first, more = self._recheck(base, r1 - r0, first, e)
+                waves = max(waves, more)
                 if first is None:
                     break
+        self.stats.largest_island.append(waves)   # one entry per step, recheck rounds included
         return e
 
-    def _recheck(self, base: int, rows: int, first: int, e: int) -> Optional[int]:
+    def _recheck(self, base: int, rows: int, first: int, e: int) -> tuple[Optional[int], int]:
         """One round of `VerifierConfig.recheck` after tokens from position `first` on were resampled.
 
         Drafts before `first` kept their context; accepted drafts after it are verified again given the
         current tokens (one target call, which also refreshes stale K/V), and those that fail are
-        resampled. Returns the first position resampled this round, None when nothing failed. That
-        position moves forward every round, so the rounds end.
+        resampled. Returns the first position resampled this round (None when nothing failed) and the
+        round's resampling waves. That position moves forward every round, so the rounds end.
         """
         lo = first + 1
         if lo >= e:
-            return None
+            return None, 0
         probs = self._target_probs(lo, e)
         tokens = self.tokens[:, lo:e]
         ok = (verify.mulo_accept(probs, tokens, self.nbr, self.v.tau) if self.v.rule == "mulo"
@@ -399,28 +401,24 @@ class _Speculative:
         fail = (self.codes[:, lo:e] == ACCEPTED) & ~ok
         n_fail = int(fail.sum())
         if n_fail == 0:
-            return None
+            return None, 0
         self.codes[:, lo:e][fail] = REJECTED
         self.stats.accepted -= n_fail
         self.stats.resampled += n_fail
         self.stats.rechecked += n_fail
         region = torch.zeros(self.B, rows * self.W, dtype=torch.bool, device=fail.device)
         region[:, lo - base:e - base] = fail
-        waves = len(self.stats.largest_island)
-        self._resample(region.view(self.B, rows, self.W), base, lo, e, probs)
-        if len(self.stats.largest_island) > waves:   # one entry per step: the step's largest, rounds included
-            last = self.stats.largest_island.pop()
-            self.stats.largest_island[-1] = max(self.stats.largest_island[-1], last)
-        return lo + int(fail.any(0).nonzero().min())
+        waves = self._resample(region.view(self.B, rows, self.W), base, lo, e, probs)
+        return lo + int(fail.any(0).nonzero().min()), waves
 
-    def _resample(self, region: torch.Tensor, base: int, f: int, e: int, probs: torch.Tensor) -> None:
-        """Serial (raster order, one call each) or island waves (one call per wave for all islands)."""
+    def _resample(self, region: torch.Tensor, base: int, f: int, e: int, probs: torch.Tensor) -> int:
+        """Serial (raster order, one call each) or island waves (one call per wave for all islands);
+        returns the number of waves (serial: positions)."""
         flat = region.view(self.B, -1)
         if self.v.resampling == "serial":
             waves = [[(b, p) for b in flat[:, p].nonzero().flatten().tolist()] for p in flat.any(0).nonzero().flatten().tolist()]
         else:
             waves = [w.tolist() for w in verify.island_waves_batched(region)]
-        self.stats.largest_island.append(len(waves))
         # Invariant: tokens before kv_ok have current K/V and logits are current for positions <= kv_ok.
         kv_ok = e - 1
         lo = f
@@ -440,6 +438,7 @@ class _Speculative:
         # Resampled tokens from kv_ok on were fed with their old values (and everything after them
         # attended those): the next verify call must re-feed them before reading any logits.
         self.t_stale = kv_ok
+        return len(waves)
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor]:
         with self.stats.timer("verify"):

@@ -50,6 +50,12 @@ def weights_module(model) -> nn.Module:
     raise TypeError(f"weight streaming does not know the weights of {type(model).__name__}")
 
 
+def check_weight_mode(mode: str) -> None:
+    """Name a bad `weights` input before anything loads."""
+    if mode not in WEIGHT_MODES:
+        raise ValueError(f"weights: expected one of {list(WEIGHT_MODES)}, got {mode!r}")
+
+
 def choose_weights(mode: str, device: torch.device, weight_bytes: int, free_bytes: Optional[int]) -> str:
     """'resident' or 'stream' for a model of `weight_bytes` about to live on `device`.
 
@@ -57,8 +63,7 @@ def choose_weights(mode: str, device: torch.device, weight_bytes: int, free_byte
     model) cannot hold the weights; on the CPU the weights are already where streaming
     would keep them, so every mode is resident there.
     """
-    if mode not in WEIGHT_MODES:
-        raise ValueError(f"weights: expected one of {list(WEIGHT_MODES)}, got {mode!r}")
+    check_weight_mode(mode)
     if device.type == "cpu" or mode == "on device":
         return "resident"
     if mode == "stream from cpu":

@@ -81,7 +81,7 @@ def load(model_name: str, device: str, dtype: str, weights: str = "auto") -> Mod
         raise ValueError(_missing(model_name, folders))
     path, dev = folders[model_name], resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    offload.choose_weights(weights, dev, 0, None)  # names a bad mode before anything loads
+    offload.check_weight_mode(weights)
     key = (folder_stamp(path), str(dev), dt, weights)
     model = _models.get(key)
     if model is None:

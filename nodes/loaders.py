@@ -137,7 +137,7 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
     dev = resolve_device(device)
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {dtype!r}")
-    offload.choose_weights(weights, dev, 0, None)  # names a bad mode before anything loads
+    offload.check_weight_mode(weights)
     key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype, weights)
     model = _models.get(key)
     if model is None:

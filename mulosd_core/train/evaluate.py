@@ -34,14 +34,19 @@ REAL_SEED = 424242
 
 
 @torch.no_grad()
-def token_nll(model, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-    """Mean per-token NLL [B] of token grids under the model's sampling distribution (CFG etc. applied)."""
+def token_probs(model, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """p [B, N]: the model's sampling distribution (CFG etc. applied) at each token of the grids, given
+    the tokens before it (one teacher-forced pass)."""
     logits = model.gpt(tokens, labels.to(model.device), model.grid)
     if sampling.uses_cfg:
         null = model.gpt(tokens, model.gpt.null_condition(len(labels), model.device), model.grid)
         logits = cfg_combine(torch.cat([logits, null]), sampling.cfg_scale)
-    p = process_logits(logits, sampling).gather(-1, tokens[..., None])[..., 0]
-    return -(p.clamp_min(1e-12).log()).mean(1)
+    return process_logits(logits, sampling).gather(-1, tokens[..., None])[..., 0]
+
+
+def token_nll(model, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """Mean per-token NLL [B] of token grids under the model's sampling distribution."""
+    return -(token_probs(model, tokens, labels, sampling).clamp_min(1e-12).log()).mean(1)
 
 
 @torch.no_grad()
