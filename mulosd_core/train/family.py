@@ -1,8 +1,11 @@
 """Train the embedded LlamaGen-format family in order: VQ, classifier, target, drafter, SD drafter,
 learned upsampler.
 
-    python -m mulosd_core.train.family --preset cpu --device cpu --out models/embedded
+    python -m mulosd_core.train.family --preset cpu --device cpu --out outputs/family
 
+The default preset `cpu` trains the shipped architectures on short schedules, in two processes
+(`--jobs 2`: the classifier, drafter and SD drafter beside the target), within 80 minutes on a
+2-core CPU; `cpu-full` is the longer recipe the shipped weights in models/embedded come from.
 Each stage resumes after an interruption (state under --work) and is skipped once its
 safetensors and model card exist. Every model is a real LlamaGen-format checkpoint that
 the generic loaders read (registry.load_gpt / load_vq).
@@ -14,6 +17,7 @@ import json
 import logging
 import math
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,6 +34,7 @@ from ..models.llamagen_vq import VQConfig, VQModel
 
 log = logging.getLogger("mulosd.train")
 DATA_SEED = 1234
+COMMAND_ENV = "MULOSD_TRAIN_COMMAND"
 
 
 @dataclass
@@ -74,10 +79,22 @@ class Preset:
         GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16),
     ])
     upsampler: UpsamplerStage = field(default_factory=UpsamplerStage)
+    # Stages that depend only on the VQ and the pool, trained by a second process while this one trains the
+    # others (`--jobs 2`): small models use one core far better than two threads share it.
+    second_lane: tuple[str, ...] = ("classifier", "drafter", "sd_drafter")
 
+
+FULL_CPU = Preset("cpu-full")   # the shipped family (models/embedded), about 2.5 h on the 2-core CPU
 
 PRESETS = {
-    "cpu": Preset("cpu"),
+    # The default: the shipped architectures on shorter schedules and a smaller pool, so that the whole
+    # family trains in under 80 minutes on the 2-core CPU (two processes, see `Preset.second_lane`).
+    "cpu": Preset("cpu", vq_steps=1600, pool=24000, gpts=[
+        GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=3000, batch=16),
+        GPTStage("drafter", grid=8, dim=80, n_layer=4, n_head=4, steps=6000, batch=32, pool=48000),
+        GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16)],
+        upsampler=UpsamplerStage(steps=1500)),
+    "cpu-full": FULL_CPU,
     "gpu": Preset("gpu", vq_steps=6000, vq_batch=64, pool=100000, gpts=[
         GPTStage("target", grid=16, dim=192, n_layer=6, n_head=6, steps=8000, batch=64),
         GPTStage("drafter", grid=8, dim=128, n_layer=4, n_head=4, steps=6000, batch=64),
@@ -141,7 +158,8 @@ def _write_card(out: Path, name: str, card: dict) -> None:
 
 
 def _command() -> str:
-    return "python -m mulosd_core.train.family " + " ".join(sys.argv[1:])
+    """The command a card records: the user's, also in the second process that `--jobs 2` starts."""
+    return os.environ.get(COMMAND_ENV) or "python -m mulosd_core.train.family " + " ".join(sys.argv[1:])
 
 
 def _labels(n: int, step: int, seed: int) -> torch.Tensor:
@@ -275,6 +293,13 @@ def vq_psnr(vq: VQModel, n: int, size: int, device: str, seed: int = 777) -> flo
 
 
 # ------------------------------------------------------------------------------------- GPTs
+def _pool_images(labels: torch.Tensor, start: int, p: Preset, device: str):
+    """The GPT pools' keyed image stream from image `start` on, 256 at a time: image i is the same
+    whichever pool asks for it, so an extended pool begins with the shared one."""
+    for i in range(start, len(labels), 256):
+        yield i, make_keyed_batch(labels[i:i + 256], (DATA_SEED, 2, i), p.image_size, GPT_VARIATION).to(device)
+
+
 @torch.no_grad()
 def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, torch.Tensor]:
     """Encode a fixed, class-balanced image pool once at both grids; shared by every GPT stage.
@@ -291,8 +316,7 @@ def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, tor
         log.info("[pool] %s was built for %s, not %s: encoding it again", path, pool.get("meta"), meta)
     labels = torch.arange(p.pool) % NUM_CLASSES
     full, low = [], []
-    for i in range(0, p.pool, 256):
-        images = make_keyed_batch(labels[i:i + 256], (DATA_SEED, 2, i), p.image_size, GPT_VARIATION).to(device)
+    for i, images in _pool_images(labels, 0, p, device):
         full.append(vq.encode(images).cpu())
         low.append(vq.encode(resize(images, p.image_size // 2, "area")).cpu())
         if i % 4096 == 0:
@@ -321,9 +345,8 @@ def extended_low_pool(vq: VQModel, p: Preset, pool: dict[str, torch.Tensor], siz
             return ext
     labels = torch.arange(size) % NUM_CLASSES
     low = [pool["low"]]
-    for i in range(p.pool, size, 256):
-        images = make_keyed_batch(labels[i:min(i + 256, size)], (DATA_SEED, 2, i), p.image_size, GPT_VARIATION)
-        low.append(vq.encode(resize(images.to(device), p.image_size // 2, "area")).cpu().to(torch.int16))
+    for i, images in _pool_images(labels, p.pool, p, device):
+        low.append(vq.encode(resize(images, p.image_size // 2, "area")).cpu().to(torch.int16))
         if (i - p.pool) % 4096 == 0:
             log.info("[pool] extending the low-grid pool: %d/%d images", i, size)
     ext = {"labels": labels, "low": torch.cat(low), "meta": meta}
@@ -377,52 +400,116 @@ def _done(out: Path, name: str) -> bool:
     return (out / f"{name}.safetensors").exists() and (out / f"{name}.json").exists()
 
 
-def train_family(preset: str, out: str, work: str, device: str, stages: list[str] | None = None) -> None:
-    """Train every missing member in order; `stages` limits the GPT stages (to run them in parallel processes)."""
-    from ..models.registry import load_vq
+def stage_names(p: Preset) -> list[str]:
+    """Every member after the VQ, in training order (the upsampler needs the target and the drafter)."""
+    return ["classifier"] + [s.name for s in p.gpts] + ["upsampler"]
+
+
+def _start_second_lane(preset: str, names: list[str], out: Path, work: Path, device: str,
+                       threads: int) -> subprocess.Popen:
+    """The same command for `names` only, in a child process that logs to the same terminal."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, COMMAND_ENV: _command(),
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "mulosd_core.train.family", "--preset", preset, "--out", str(out), "--work", str(work),
+           "--device", device, "--threads", str(threads), "--jobs", "1", "--stages", ",".join(names)]
+    log.info("second process trains %s (%d thread%s)", ", ".join(names), threads, "s"[:threads != 1])
+    return subprocess.Popen(cmd, env=env)
+
+
+def _train_members(names: list[str], p: Preset, vq: VQModel, out: Path, work: Path, device: str, t0: float,
+                   pool: dict | None) -> dict | None:
+    """Train the named members that are missing, in the preset's order; returns the pool it loaded."""
     from .classifier import train_classifier
 
+    if "classifier" in names and not _done(out, "classifier"):
+        train_classifier(steps=p.classifier_steps, seed=DATA_SEED, device=device, out_path=str(out / "classifier.safetensors"))
+        log.info("classifier ready after %.0fs", time.perf_counter() - t0)
+    for stage in p.gpts:
+        if _done(out, stage.name) or stage.name not in names:
+            continue
+        pool = pool or token_pool(vq, p, work, device)
+        stage_pool = pool
+        if stage.pool and stage.pool != p.pool:
+            if stage.grid * 4 == p.image_size:
+                raise ValueError(f"stage {stage.name}: only a low-grid stage can have a pool of its own")
+            stage_pool = extended_low_pool(vq, p, pool, stage.pool, work, device)
+        train_gpt(stage, p, stage_pool, out, work, device)
+        log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
+    if "upsampler" in names and not _done(out, "upsampler"):
+        from ..models.registry import load_model
+        from .upsampler import train_upsampler
+
+        pool = pool or token_pool(vq, p, work, device)
+        pair = [load_model(str(out / f"{name}.safetensors"), "", device=device, vq=vq) for name in ("target", "drafter")]
+        train_upsampler(p.upsampler, *pair, pool, out, work, device)
+        log.info("upsampler ready after %.0fs", time.perf_counter() - t0)
+    return pool
+
+
+def train_family(preset: str, out: str, work: str, device: str, stages: list[str] | None = None,
+                 jobs: int = 1) -> None:
+    """Train every missing member in order.
+
+    `stages` limits the run to some members (the VQ is trained first whenever it is missing).
+    With `jobs=2` the preset's `second_lane` runs in a child process on half the threads while
+    this one trains the rest; the upsampler, which needs both GPTs, follows on all threads.
+    """
+    from ..models.registry import load_vq
+
+    if preset not in PRESETS:
+        raise ValueError(f"--preset: unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
+    if jobs not in (1, 2):
+        raise ValueError(f"--jobs: expected 1 or 2 processes, got {jobs}")
     p = PRESETS[preset]
+    names = stage_names(p)
+    unknown = set(stages or ()) - set(names)
+    if unknown:
+        raise ValueError(f"--stages: unknown stage(s) {sorted(unknown)}; expected some of {names}")
+    wanted = [n for n in names if not stages or n in stages]
     out_p, work_p = Path(out), Path(work)
+    card = out_p / "family.json"
+    if card.exists() and json.loads(card.read_text()).get("preset") != preset:
+        raise ValueError(f"--out: {out} holds a family trained with preset {json.loads(card.read_text()).get('preset')!r}, "
+                         f"not {preset!r}; choose another --out (or that --preset) so the two are not mixed")
     out_p.mkdir(parents=True, exist_ok=True)
     work_p.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     vq = load_vq(str(out_p / "vq.safetensors"), device=device) if _done(out_p, "vq") else train_vq(p, out_p, work_p, device)
     log.info("VQ ready after %.0fs", time.perf_counter() - t0)
-    if not _done(out_p, "classifier"):
-        train_classifier(steps=p.classifier_steps, seed=DATA_SEED, device=device, out_path=str(out_p / "classifier.safetensors"))
-    log.info("classifier ready after %.0fs", time.perf_counter() - t0)
+    second = [n for n in wanted if n in p.second_lane and not _done(out_p, n)] if jobs == 2 else []
+    first = [n for n in wanted if n not in second]
     pool = None
-    names = [s.name for s in p.gpts] + ["upsampler"]
-    unknown = set(stages or ()) - set(names)
-    if unknown:
-        raise ValueError(f"--stages: unknown stage(s) {sorted(unknown)}; expected some of {names}")
-    for stage in p.gpts:
-        if _done(out_p, stage.name) or (stages and stage.name not in stages):
-            continue
-        pool = pool or token_pool(vq, p, work_p, device)
-        stage_pool = pool
-        if stage.pool and stage.pool != p.pool:
-            if stage.grid * 4 == p.image_size:
-                raise ValueError(f"stage {stage.name}: only a low-grid stage can have a pool of its own")
-            stage_pool = extended_low_pool(vq, p, pool, stage.pool, work_p, device)
-        train_gpt(stage, p, stage_pool, out_p, work_p, device)
-        log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
-    if not _done(out_p, "upsampler") and (not stages or "upsampler" in stages):
-        from ..models.registry import load_model
-        from .upsampler import train_upsampler
-
-        pool = pool or token_pool(vq, p, work_p, device)
-        pair = [load_model(str(out_p / f"{name}.safetensors"), "", device=device, vq=vq) for name in ("target", "drafter")]
-        train_upsampler(p.upsampler, *pair, pool, out_p, work_p, device)
-        log.info("upsampler ready after %.0fs", time.perf_counter() - t0)
-    notes = json.loads((out_p / "family.json").read_text()).get("notes") if (out_p / "family.json").exists() else None
-    (out_p / "family.json").write_text(json.dumps({
+    if second and len(first) > 1:   # something besides the upsampler to overlap with
+        pool = token_pool(vq, p, work_p, device)   # encoded once, before the child reads it
+        threads = torch.get_num_threads()
+        lane = max(1, threads // 2)
+        child = _start_second_lane(preset, second, out_p, work_p, device, lane)
+        try:
+            torch.set_num_threads(lane)
+            pool = _train_members([n for n in first if n != "upsampler"], p, vq, out_p, work_p, device, t0, pool)
+        except BaseException:
+            child.terminate()
+            child.wait()
+            raise
+        finally:
+            torch.set_num_threads(threads)
+        if child.wait() != 0:
+            raise RuntimeError(f"the second training process ({', '.join(second)}) failed with exit code "
+                               f"{child.returncode}; its log is above. Run the same command again to resume.")
+        log.info("both processes done after %.0fs", time.perf_counter() - t0)
+        first = ["upsampler"] if "upsampler" in first else []
+    else:
+        first = wanted
+    _train_members(first, p, vq, out_p, work_p, device, t0, pool)
+    if card.exists() or not all(_done(out_p, n) for n in ["vq", *names]):
+        return   # the card is written once, by the run that completes the family
+    card.write_text(json.dumps({
         "preset": preset, "classes": CLASS_NAMES, "image_size": p.image_size, "vq_downsample": p.vq.downsample,
         "gpt_data_variation": GPT_VARIATION,
         "members": {"vq": "vq.safetensors", "classifier": "classifier.safetensors",
                     **{s.name: f"{s.name}.safetensors" for s in p.gpts}, "upsampler": "upsampler.safetensors"},
-        "reproduce": _command(), **({"notes": notes} if notes else {})}, indent=2))
+        "reproduce": _command()}, indent=2))
     log.info("family trained in %.0fs", time.perf_counter() - t0)
 
 
@@ -430,16 +517,18 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--out", default="models/embedded")
+    ap.add_argument("--out", default="outputs/family", help="where the family goes (models/embedded holds the shipped one)")
     ap.add_argument("--work", default="outputs/train", help="resume state and the encoded token pool")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
-    ap.add_argument("--stages", default="", help="comma-separated GPT stages and/or 'upsampler' to train (default: all)")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads in all (0 = default)")
+    ap.add_argument("--jobs", type=int, default=2, help="training processes: 2 overlaps the preset's second lane")
+    ap.add_argument("--stages", default="",
+                    help="comma-separated members to train: classifier, the GPT stages, upsampler (default: all)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.threads:
         torch.set_num_threads(args.threads)
     stages = [s for s in args.stages.split(",") if s]
-    train_family(args.preset, args.out, args.work, args.device, stages or None)
+    train_family(args.preset, args.out, args.work, args.device, stages or None, args.jobs)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,18 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path):
     assert net.config.to_dict() == card["config"] and card["steps"] == family.PRESETS["smoke"].upsampler.steps
     assert net.codebook_id == card["codebook_id"] == load_model(str(out / "target.safetensors"), "", vq=vq).codebook_id()
     assert {"learned_token_match", "pixel_token_match", "nearest_token_match"} <= set(card["metrics"])
+    # the second process (--jobs 2 is the default) trained its lane and recorded the user's command, not its own
+    for name in family.PRESETS["smoke"].second_lane:
+        assert "--stages" not in json.loads((out / f"{name}.json").read_text()).get("reproduce", "--preset smoke")
     fam = json.loads((out / "family.json").read_text())
     assert fam["gpt_data_variation"] == "aligned" and set(fam["members"]) >= {"vq", "classifier", "upsampler", *GPT_MEMBERS}
     # a second run finds every member done and trains nothing
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
     family.main(["--preset", "smoke", "--out", str(out), "--work", str(work), "--threads", "1"])
+    assert before == {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
+    # another preset into the same folder would mix two families: refused before anything is touched
+    with pytest.raises(ValueError, match="holds a family trained with preset 'smoke', not 'cpu'"):
+        family.main(["--preset", "cpu", "--out", str(out), "--work", str(work)])
     assert before == {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
 
 
@@ -79,6 +86,30 @@ def test_only_a_low_grid_stage_can_have_its_own_pool(tmp_path, monkeypatch):
     monkeypatch.setitem(family.PRESETS, "smoke", bad)
     with pytest.raises(ValueError, match="stage target: only a low-grid stage can have a pool of its own"):
         family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", ["target"])
+
+
+def test_a_failed_second_process_stops_the_run_with_a_clear_error(tmp_path, monkeypatch):
+    """What this process trained stays (the next run resumes), the family card is not written."""
+    import subprocess
+    import sys
+
+    def failing(*args, **kw):
+        return subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+
+    monkeypatch.setattr(family, "_start_second_lane", failing)
+    out = tmp_path / "o"
+    with pytest.raises(RuntimeError, match=r"second training process \(classifier, drafter, sd_drafter\) failed "
+                                           r"with exit code 3.*Run the same command again to resume"):
+        family.train_family("smoke", str(out), str(tmp_path / "w"), "cpu", jobs=2)
+    assert (out / "target.safetensors").exists() and not (out / "upsampler.safetensors").exists()
+    assert not (out / "family.json").exists()
+
+
+def test_bad_jobs_and_preset_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="--jobs: expected 1 or 2 processes, got 3"):
+        family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", jobs=3)
+    with pytest.raises(ValueError, match="--preset: unknown preset 'cpu-tiny'"):
+        family.train_family("cpu-tiny", str(tmp_path / "o"), str(tmp_path / "w"), "cpu")
 
 
 def test_unknown_stage_is_refused(tmp_path):
