@@ -21,19 +21,13 @@ import torch
 
 from mulosd_core.ar import generate_ar
 from mulosd_core.data.procedural import NUM_CLASSES
-from mulosd_core.engine import ACCEPTED, MAP_COLOURS, NEIGHBOUR, REJECTED, generate
+from mulosd_core.engine import ACCEPTED, NEIGHBOUR, REJECTED, generate, map_codes
 from mulosd_core.presets import method_presets
 from mulosd_core.train.evaluate import token_probs
 
 from . import compare as C
 
 KINDS = {"accepted": ACCEPTED, "rejected": REJECTED, "neighbour": NEIGHBOUR}
-
-
-def map_codes(maps: torch.Tensor) -> torch.Tensor:
-    """Acceptance maps [B, 3, g, g] -> codes [B, g*g] (the nearest of MAP_COLOURS)."""
-    px = maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1, 1, 3)
-    return (px - MAP_COLOURS.to(maps.device)).abs().amax(-1).min(-1).indices
 
 
 def diagnose(models: C.Models, name: str, recheck: int, samples: int) -> dict:
@@ -45,7 +39,7 @@ def diagnose(models: C.Models, name: str, recheck: int, samples: int) -> dict:
     for i in range(samples):
         lab = torch.tensor([i % NUM_CLASSES])
         res = generate(models.target, lab, C.SAMPLING, cfg, drafter=models.drafter_for(kind), seed=i, decode=False)
-        p, codes = token_probs(models.target, res.tokens, lab, C.SAMPLING)[0], map_codes(res.maps)[0]
+        p, codes = token_probs(models.target, res.tokens, lab, C.SAMPLING)[0], map_codes(res.maps)[0][0]  # batch 1
         for k, code in KINDS.items():
             acc[k].append(p[codes == code])
     return {k: summary(torch.cat(v), tau) for k, v in acc.items()}

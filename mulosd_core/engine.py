@@ -164,6 +164,14 @@ def acceptance_map(codes: torch.Tensor, grid: int) -> torch.Tensor:
     return MAP_COLOURS.to(codes.device)[codes].reshape(-1, grid, grid, 3).permute(0, 3, 1, 2).contiguous()
 
 
+def map_codes(maps: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Acceptance maps [B, 3, g, g] -> (codes [B, g*g], largest colour error): the inverse of
+    `acceptance_map`, for tools that read the maps back; an error above 0 means a foreign colour."""
+    px = maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1, 1, 3)
+    best = (px - MAP_COLOURS.to(maps.device)).abs().amax(-1).min(-1)
+    return best.indices, float(best.values.max()) if best.values.numel() else 0.0
+
+
 # ------------------------------------------------------------------------------ speculative
 class _Speculative:
     def __init__(self, target, drafter, cond, sampling, method, seed, mask, stats, progress) -> None:

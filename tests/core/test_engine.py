@@ -19,7 +19,6 @@ from mulosd_core import engine
 from mulosd_core.ar import generate_ar
 from mulosd_core.engine import (
     ACCEPTED,
-    MAP_COLOURS,
     NEIGHBOUR,
     REJECTED,
     TARGET,
@@ -27,6 +26,7 @@ from mulosd_core.engine import (
     VerifierConfig,
     generate,
 )
+from mulosd_core.engine import map_codes as engine_map_codes
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
 from mulosd_core.schedules import parallel_draft_nfe, zipar_nfe
@@ -93,11 +93,10 @@ def teacher_forced_probs(model: LlamaGenModel, cond, tokens: torch.Tensor, sampl
 
 
 def map_codes(maps: torch.Tensor) -> torch.Tensor:
-    """Acceptance maps [B, 3, g, g] -> codes [B, g*g]; asserts every pixel is one of the 4 colours."""
-    px = maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1, 1, 3)
-    best = (px - MAP_COLOURS.to(maps.device)).abs().amax(-1).min(-1)
-    assert float(best.values.max()) < 1e-6, "acceptance map holds a colour outside MAP_COLOURS"
-    return best.indices
+    """Acceptance maps -> codes; asserts every pixel is one of the 4 colours."""
+    codes, err = engine_map_codes(maps)
+    assert err < 1e-6, "acceptance map holds a colour outside MAP_COLOURS"
+    return codes
 
 
 def spec(rule="mulo", rejection="local", resampling="islands", tau=0.3, k=4, radius=1, recheck=0, **kw) -> MethodConfig:

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from mulosd_core.ar import generate_ar
 from mulosd_core.engine import (
     ACCEPTED,
-    MAP_COLOURS,
     NEIGHBOUR,
     REJECTED,
     RULES,
@@ -23,6 +22,7 @@ from mulosd_core.engine import (
     VerifierConfig,
     generate,
 )
+from mulosd_core.engine import map_codes as engine_map_codes
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.testing import CountingModel, tiny_model, tiny_vq
 from mulosd_core.upsample import KINDS, UpsamplerConfig
@@ -43,12 +43,10 @@ def _model(grid: int, seed: int):
 
 
 def map_codes(maps: torch.Tensor) -> torch.Tensor:
-    """Acceptance maps [B, 3, g, g] -> codes [B, g*g]; asserts every pixel is one of the 4 colours."""
-    px = maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1, 1, 3)
-    dist = (px - MAP_COLOURS.to(maps.device)).abs().amax(-1)  # [B, N, 4]
-    best = dist.min(-1)
-    assert float(best.values.max()) < 1e-6, "acceptance map holds a colour outside MAP_COLOURS"
-    return best.indices
+    """Acceptance maps -> codes; asserts every pixel is one of the 4 colours."""
+    codes, err = engine_map_codes(maps)
+    assert err < 1e-6, "acceptance map holds a colour outside MAP_COLOURS"
+    return codes
 
 
 @st.composite
