@@ -21,7 +21,7 @@ import torch
 
 from mulosd_core.ar import generate_ar
 from mulosd_core.data.procedural import NUM_CLASSES
-from mulosd_core.engine import ACCEPTED, NEIGHBOUR, REJECTED, generate, map_codes
+from mulosd_core.engine import ACCEPTED, NEIGHBOUR, RECHECK_SCOPES, REJECTED, generate, map_codes
 from mulosd_core.presets import method_presets
 from mulosd_core.train.evaluate import token_probs
 
@@ -30,10 +30,10 @@ from . import compare as C
 KINDS = {"accepted": ACCEPTED, "rejected": REJECTED, "neighbour": NEIGHBOUR}
 
 
-def diagnose(models: C.Models, name: str, recheck: int, samples: int) -> dict:
+def diagnose(models: C.Models, name: str, recheck: int, samples: int, scope: str = "drafts") -> dict:
     """Per token kind: count, mean NLL (nats, p clamped at 1e-12), share below tau, share at p = 0."""
     cfg, kind = method_presets()[name]
-    cfg = replace(cfg, verifier=replace(cfg.verifier, recheck=recheck))
+    cfg = replace(cfg, verifier=replace(cfg.verifier, recheck=recheck, recheck_scope=scope))
     tau = cfg.verifier.tau
     acc: dict[str, list[torch.Tensor]] = {k: [] for k in KINDS}
     for i in range(samples):
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=24)
     ap.add_argument("--methods", nargs="+", default=["mulo_islands", "mulo_learned"])
     ap.add_argument("--recheck", nargs="+", type=int, default=[0, 16], help="recheck rounds to run each method with")
+    ap.add_argument("--recheck-scope", nargs="+", default=["drafts"], choices=RECHECK_SCOPES,
+                    help="what a recheck round verifies again (VerifierConfig.recheck_scope)")
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
@@ -76,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
            "ar": ar_reference(models, args.samples), "methods": {}}
     for name in args.methods:
         for n in args.recheck:
-            out["methods"][f"{name} recheck={n}"] = diagnose(models, name, n, args.samples)
+            for scope in args.recheck_scope if n else ["drafts"]:
+                key = f"{name} recheck={n}" + (f" scope={scope}" if scope != "drafts" else "")
+                out["methods"][key] = diagnose(models, name, n, args.samples, scope)
     print(json.dumps(out, indent=1))
     return 0
 

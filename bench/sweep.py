@@ -47,7 +47,7 @@ from dataclasses import replace
 import torch
 
 from mulosd_core import presets as P
-from mulosd_core.engine import MethodConfig, VerifierConfig
+from mulosd_core.engine import RECHECK_SCOPES, MethodConfig, VerifierConfig
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.upsample import KINDS, UpsamplerConfig
 
@@ -120,8 +120,8 @@ def _preset_settings(upsampler: str = "pixel") -> dict:
 
 
 def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS, upsampler: str = "pixel",
-          recheck: int = 0) -> MethodConfig:
-    base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius, recheck=recheck)
+          recheck: int = 0, recheck_scope: str = "drafts") -> MethodConfig:
+    base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius, recheck=recheck, recheck_scope=recheck_scope)
     return replace(base, parallel_window=window, rows_per_step=rows, upsampler=UpsamplerConfig(kind=upsampler))
 
 
@@ -157,13 +157,14 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
 
 
 def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boot_fd: int, progress: bool,
-                  upsampler: str) -> dict:
-    """MuLo-SD at the preset defaults with each RECHECKS number of recheck rounds, against AR (the rule
-    is applied and reported, but nothing is chosen: recheck is not a preset yet)."""
+                  upsampler: str, scope: str = "drafts") -> dict:
+    """MuLo-SD at the preset defaults with each RECHECKS number of recheck rounds of `scope`, against AR
+    (the rule is applied and reported, but nothing is chosen: recheck is not a preset yet)."""
     cur = _preset_settings(upsampler)
     t0 = time.perf_counter()
-    settings = {f"recheck={n}": (dict(recheck=n), _mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"],
-                                                        upsampler, recheck=n), "low") for n in RECHECKS}
+    settings = {f"recheck={n}": (dict(recheck=n, recheck_scope=scope),
+                                 _mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"], upsampler,
+                                       recheck=n, recheck_scope=scope), "low") for n in RECHECKS}
     s = run_stage("recheck", models, settings, samples, batch, warmup, n_boot_fd, C.real_features(models, samples),
                   progress)
     s["seconds"] = time.perf_counter() - t0
@@ -288,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the grid-size experiment, at the preset defaults (tag grid-<models>)")
     ap.add_argument("--recheck-only", action="store_true",
                     help="only recheck rounds 0/1/4/16 at the preset defaults (tag recheck-<models>)")
+    ap.add_argument("--recheck-scope", default="drafts", choices=RECHECK_SCOPES,
+                    help="--recheck-only: what a round verifies again (VerifierConfig.recheck_scope)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-quick]")
     ap.add_argument("--threads", type=int, default=0)
@@ -310,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.recheck_only:
         n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
         res_sweep = {"stages": {"recheck": recheck_stage(models, samples, args.batch, args.warmup, n_boot_fd,
-                                                         not args.no_progress, args.upsampler)},
+                                                         not args.no_progress, args.upsampler, args.recheck_scope)},
                      "chosen": None, "kept_preset_value_in": [], "preset_before": None, "grid_experiment": None}
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,

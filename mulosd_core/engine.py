@@ -35,6 +35,7 @@ from .upsample import UpsamplerConfig, downsample_rows, learned_net, resolution_
 RULES = ("mulo", "lantern", "exact", "greedy")
 REJECTIONS = ("local", "raster")
 RESAMPLINGS = ("islands", "serial")
+RECHECK_SCOPES = ("drafts", "all")
 METHODS = ("ar", "speculative", "zipar", "sjd")
 DRAFTER_STREAM = 1   # Streams offset of the drafter and of acceptance uniforms
 
@@ -57,10 +58,14 @@ class VerifierConfig:
     # resampled token again, in the tokens' final context, and resample those that now fail; at most this
     # many rounds (0 = the paper's method). Local rejection with the mulo or greedy rule only.
     recheck: int = 0
+    # What a recheck round verifies again: "drafts" (accepted drafts whose context changed after they were
+    # verified) or "all" (also resampled tokens whose context changed after they were sampled).
+    recheck_scope: str = "drafts"
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("rule", self.rule, RULES), ("rejection", self.rejection, REJECTIONS),
-                                     ("resampling", self.resampling, RESAMPLINGS)):
+                                     ("resampling", self.resampling, RESAMPLINGS),
+                                     ("recheck_scope", self.recheck_scope, RECHECK_SCOPES)):
             if value not in allowed:
                 raise ValueError(f"verifier {name} must be one of {allowed}, got {value!r}")
         for name, ok, want in (("tau", self.tau >= 0, ">= 0"), ("k_neighbours", self.k_neighbours >= 1, ">= 1"),
@@ -189,6 +194,9 @@ class _Speculative:
         self.codes = torch.full((self.B, self.N), TARGET, dtype=torch.long, device=dev)
         self.d_cached = torch.full((self.B, drafter.num_tokens), -1, dtype=torch.long, device=drafter.device)
         self.t_stale = self.N   # first target slot whose K/V a resample left stale (N: none)
+        # when each token was last decided (verified or sampled), on a clock that ticks per target call
+        self.decided = torch.zeros(self.B, self.N, dtype=torch.long, device=dev)
+        self.clock = 0
         if self.v.rule == "mulo":
             self.nbr = cached_knn_table(target.codebook(), min(self.v.k_neighbours, target.vocab_size), include_self=True)
         elif self.v.rule == "lantern":
@@ -371,6 +379,8 @@ class _Speculative:
         region = verify.expand_local(rej.view(self.B, r1 - r0, W), self.v.expansion_radius).view(self.B, -1) & inside
         base = r0 * W
         self.codes[:, f:e] = ACCEPTED
+        self.clock += 1
+        self.decided[:, f:e] = self.clock
         codes = self.codes[:, base:r1 * W]
         codes[region] = NEIGHBOUR
         codes[rej] = REJECTED
@@ -382,42 +392,53 @@ class _Speculative:
             return e
         with self.stats.timer("resample"):
             waves = self._resample(region.view(self.B, r1 - r0, W), base, f, e, probs)
-            first = base + int(region.any(0).nonzero().min())
             for _ in range(self.v.recheck):
-                first, more = self._recheck(base, r1 - r0, first, e)
-                waves = max(waves, more)
-                if first is None:
+                more = self._recheck(base, r1 - r0, e)
+                if more is None:
                     break
+                waves = max(waves, more)
         self.stats.largest_island.append(waves)   # one entry per step, recheck rounds included
         return e
 
-    def _recheck(self, base: int, rows: int, first: int, e: int) -> tuple[Optional[int], int]:
-        """One round of `VerifierConfig.recheck` after tokens from position `first` on were resampled.
+    def _stale(self, base: int, e: int) -> torch.Tensor:
+        """[B, e-base]: tokens decided before a resampled token ahead of them in raster order was."""
+        d = self.decided[:, base:e]
+        codes = self.codes[:, base:e]
+        resampled = torch.where((codes == REJECTED) | (codes == NEIGHBOUR), d, torch.zeros_like(d))
+        before = torch.cat([torch.zeros_like(d[:, :1]), resampled.cummax(1).values[:, :-1]], 1)
+        return before > d
 
-        Drafts before `first` kept their context; accepted drafts after it are verified again given the
+    def _recheck(self, base: int, rows: int, e: int) -> Optional[int]:
+        """One round of `VerifierConfig.recheck`: the stale tokens in scope are verified again given the
         current tokens (one target call, which also refreshes stale K/V), and those that fail are
-        resampled. Returns the first position resampled this round (None when nothing failed) and the
-        round's resampling waves. That position moves forward every round, so the rounds end.
+        resampled. Returns the round's resampling waves, None when nothing failed. Tokens before the
+        first failure are all current afterwards, so that position moves forward and the rounds end.
         """
-        lo = first + 1
-        if lo >= e:
-            return None, 0
+        stale = self._stale(base, e)
+        if self.v.recheck_scope == "drafts":
+            stale &= self.codes[:, base:e] == ACCEPTED
+        if not bool(stale.any()):
+            return None
+        lo = base + int(stale.any(0).nonzero().min())
         probs = self._target_probs(lo, e)
         tokens = self.tokens[:, lo:e]
         ok = (verify.mulo_accept(probs, tokens, self.nbr, self.v.tau) if self.v.rule == "mulo"
               else verify.greedy_accept(probs, tokens))
-        fail = (self.codes[:, lo:e] == ACCEPTED) & ~ok
+        check = stale[:, lo - base:]
+        fail = check & ~ok
+        self.clock += 1
+        self.decided[:, lo:e][check & ok] = self.clock
         n_fail = int(fail.sum())
         if n_fail == 0:
-            return None, 0
+            return None
+        drafts = int((fail & (self.codes[:, lo:e] == ACCEPTED)).sum())
         self.codes[:, lo:e][fail] = REJECTED
-        self.stats.accepted -= n_fail
-        self.stats.resampled += n_fail
+        self.stats.accepted -= drafts
+        self.stats.resampled += drafts
         self.stats.rechecked += n_fail
         region = torch.zeros(self.B, rows * self.W, dtype=torch.bool, device=fail.device)
         region[:, lo - base:e - base] = fail
-        waves = self._resample(region.view(self.B, rows, self.W), base, lo, e, probs)
-        return lo + int(fail.any(0).nonzero().min()), waves
+        return self._resample(region.view(self.B, rows, self.W), base, lo, e, probs)
 
     def _resample(self, region: torch.Tensor, base: int, f: int, e: int, probs: torch.Tensor) -> int:
         """Serial (raster order, one call each) or island waves (one call per wave for all islands);
@@ -440,8 +461,10 @@ class _Speculative:
             per_b: dict[int, list[int]] = {}
             for b, p in pos:
                 per_b.setdefault(b, []).append(p)
+            self.clock += 1
             for b, ps in per_b.items():
                 self._sample_at(probs, b, ps, lo)
+                self.decided[b, ps] = self.clock
             kv_ok = min(kv_ok, min(p for _, p in pos))
         # Resampled tokens from kv_ok on were fed with their old values (and everything after them
         # attended those): the next verify call must re-feed them before reading any logits.

@@ -46,3 +46,7 @@ def test_recheck_only_compares_recheck_rounds_against_ar(tmp_path):
     assert [r["params"]["recheck"] for r in rows] == list(S.RECHECKS)
     assert all(r["wall_ratio_vs_ar"] > 0 for r in rows)
     assert "## recheck" in (tmp_path / "recheck-tiny-quick.md").read_text()
+    assert S.main(["--recheck-only", "--recheck-scope", "all", "--quick", "--models", "tiny", "--out", str(tmp_path),
+                   "--tag", "all", "--no-progress"]) == 0
+    rows = json.loads((tmp_path / "all.json").read_text())["sweep"]["stages"]["recheck"]["rows"]
+    assert [r["params"]["recheck_scope"] for r in rows] == ["all"] * len(S.RECHECKS)

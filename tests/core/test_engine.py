@@ -10,6 +10,7 @@ verifier and resampler use always being the target's given the current tokens.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import itertools
 
 import pytest
@@ -505,6 +506,27 @@ def test_recheck_keeps_only_drafts_the_final_context_accepts(models, drafter, re
     assert stale[16] == 0        # ... and recheck removes it
 
 
+def test_recheck_all_leaves_no_token_the_final_context_rules_out(models):
+    """Scope "all" also verifies resampled tokens whose context changed after they were sampled: at the
+    end every accepted draft passes in its final context, and no token is impossible there (p = 0 under
+    top-k), which scope "drafts" leaves behind (island waves sample before other islands are final)."""
+    target, labels = models[4], torch.tensor([0, 3, 5, 6])
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=2)
+    impossible = {"drafts": 0, "all": 0}
+    for seed in range(6):
+        for scope in impossible:
+            method = spec(rule="mulo", tau=0.3, k=1, radius=1, recheck=16)
+            method = replace(method, verifier=replace(method.verifier, recheck_scope=scope))
+            res = generate(target, labels, sampling, method, drafter=models[2], seed=seed, decode=False)
+            p = teacher_forced_probs(target, labels, res.tokens, sampling).gather(-1, res.tokens[..., None])[..., 0]
+            impossible[scope] += int((p == 0).sum())
+            assert stale_acceptances(target, labels, res, sampling, 0.3) == 0
+            s, codes = res.stats, map_codes(res.maps)
+            assert s.accepted + s.resampled == 16 * len(labels) and int((codes == ACCEPTED).sum()) == s.accepted
+            assert int(((codes == REJECTED) | (codes == NEIGHBOUR)).sum()) == s.resampled
+    assert impossible["drafts"] > 0 and impossible["all"] == 0
+
+
 def test_recheck_zero_is_the_papers_method(models):
     sampling = SamplingConfig(cfg_scale=2.0, temperature=1.0, top_k=4)
     a = generate(models[4], torch.tensor([1, 2]), sampling, spec(k=1), drafter=models[2], seed=3, decode=False)
@@ -523,6 +545,7 @@ def test_recheck_needs_a_repeatable_local_test(kwargs):
     (dict(rule="nope"), "rule"), (dict(rejection="nope"), "rejection"), (dict(resampling="nope"), "resampling"),
     (dict(tau=-0.1), "tau"), (dict(k_neighbours=0), "k_neighbours"), (dict(expansion_radius=-1), "expansion_radius"),
     (dict(lantern_delta=-1.0), "lantern_delta"), (dict(lantern_k=-1), "lantern_k"), (dict(recheck=-1), "recheck"),
+    (dict(recheck_scope="every"), "recheck_scope"),
 ])
 def test_bad_verifier_parameters_are_named(kwargs, name):
     with pytest.raises(ValueError, match=name):
