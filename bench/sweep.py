@@ -113,16 +113,24 @@ def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, Metho
     return {"ar": ar, "rows": rows, "chosen": best["label"] if best else None}
 
 
-def _preset_settings(upsampler: str = "pixel") -> dict:
-    """MuLo-SD's swept settings as the presets have them now (the upsampler kind is an option, not swept)."""
+def _preset_settings(upsampler: str = "pixel", recheck: int | None = None, recheck_scope: str | None = None) -> dict:
+    """MuLo-SD's swept settings as the presets have them now; the upsampler kind and the recheck are
+    conditions of a run (options), not swept."""
     return dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS,
-                upsampler=upsampler)
+                upsampler=upsampler, recheck=P.MULO_RECHECK if recheck is None else recheck,
+                recheck_scope=recheck_scope or P.MULO_RECHECK_SCOPE)
 
 
 def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS, upsampler: str = "pixel",
           recheck: int = 0, recheck_scope: str = "drafts") -> MethodConfig:
     base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius, recheck=recheck, recheck_scope=recheck_scope)
     return replace(base, parallel_window=window, rows_per_step=rows, upsampler=UpsamplerConfig(kind=upsampler))
+
+
+def _mulo_at(cur: dict, **over) -> MethodConfig:
+    """MuLo-SD at the settings `cur` (see _preset_settings) with some of them overridden."""
+    c = {**cur, **over}
+    return _mulo(c["tau"], c["k"], c["radius"], c["window"], c["rows"], c["upsampler"], c["recheck"], c["recheck_scope"])
 
 
 def _lantern(delta: float) -> MethodConfig:
@@ -145,7 +153,7 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
                                 drafter=_at_grid(models.drafter, gt // 2, f"drafter@{gt // 2}"))
         n = max(2, samples // 2)
         methods = {"ar": (MethodConfig(method="ar"), None),
-                   "mulo_islands": (_mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"], cur["upsampler"]), "low")}
+                   "mulo_islands": (_mulo_at(cur), "low")}
         t0 = time.perf_counter()
         raw = C.run_methods(m, methods, n, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:grid{gt}")
         summ = C.summarise(raw, methods, C.real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
@@ -162,9 +170,8 @@ def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boo
     (the rule is applied and reported, but nothing is chosen: recheck is not a preset yet)."""
     cur = _preset_settings(upsampler)
     t0 = time.perf_counter()
-    settings = {f"recheck={n}": (dict(recheck=n, recheck_scope=scope),
-                                 _mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], cur["rows"], upsampler,
-                                       recheck=n, recheck_scope=scope), "low") for n in RECHECKS}
+    settings = {f"recheck={n}": (dict(recheck=n, recheck_scope=scope), _mulo_at(cur, recheck=n, recheck_scope=scope), "low")
+                for n in RECHECKS}
     s = run_stage("recheck", models, settings, samples, batch, warmup, n_boot_fd, C.real_features(models, samples),
                   progress)
     s["seconds"] = time.perf_counter() - t0
@@ -172,12 +179,13 @@ def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boo
 
 
 def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
-          progress: bool = True, upsampler: str = "pixel") -> dict:
+          progress: bool = True, upsampler: str = "pixel", recheck: int | None = None,
+          recheck_scope: str | None = None) -> dict:
     g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, deltas=DELTAS)
     n_boot_fd = C.N_BOOT_FD_QUICK if quick else C.N_BOOT_FD
     real = C.real_features(models, samples)
     stages: dict[str, dict] = {}
-    cur = _preset_settings(upsampler)
+    cur = _preset_settings(upsampler, recheck, recheck_scope)
     kept: list[str] = []
 
     def stage(name: str, settings: dict) -> dict | None:
@@ -190,19 +198,19 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
             kept.append(name)
         return best
 
-    best = stage("tau_k", {f"tau={t} k={k}": (dict(tau=t, k=k), _mulo(t, k, cur["radius"], cur["window"], cur["rows"], cur["upsampler"]), "low")
+    best = stage("tau_k", {f"tau={t} k={k}": (dict(tau=t, k=k), _mulo_at(cur, tau=t, k=k), "low")
                            for t in g["taus"] for k in g["ks"]})
     if best:
         cur.update(tau=best["params"]["tau"], k=best["params"]["k"])
-    best = stage("radius", {f"l={l}": (dict(radius=l), _mulo(cur["tau"], cur["k"], l, cur["window"], cur["rows"], cur["upsampler"]), "low")
+    best = stage("radius", {f"l={l}": (dict(radius=l), _mulo_at(cur, radius=l), "low")
                             for l in g["radii"]})
     if best:
         cur.update(radius=best["params"]["radius"])
-    best = stage("window", {f"w={w}": (dict(window=w), _mulo(cur["tau"], cur["k"], cur["radius"], w, cur["rows"], cur["upsampler"]), "low")
+    best = stage("window", {f"w={w}": (dict(window=w), _mulo_at(cur, window=w), "low")
                             for w in g["windows"]})
     if best:
         cur.update(window=best["params"]["window"])
-    best = stage("rows", {f"rows={n}": (dict(rows=n), _mulo(cur["tau"], cur["k"], cur["radius"], cur["window"], n, cur["upsampler"]), "low")
+    best = stage("rows", {f"rows={n}": (dict(rows=n), _mulo_at(cur, rows=n), "low")
                           for n in g["rows"]})
     if best:
         cur.update(rows=best["params"]["rows"])
@@ -212,10 +220,12 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
         delta = best["params"]["delta"]
     grids = grid_sizes(models, cur, samples, batch, warmup, n_boot_fd, progress) if grid_experiment else None
     chosen = {"MULO_TAU": cur["tau"], "MULO_K": cur["k"], "MULO_RADIUS": cur["radius"], "MULO_WINDOW": cur["window"],
-              "MULO_ROWS": cur["rows"], "LANTERN_DELTA": delta}
+              "MULO_ROWS": cur["rows"], "MULO_RECHECK": cur["recheck"], "MULO_RECHECK_SCOPE": cur["recheck_scope"],
+              "LANTERN_DELTA": delta}
     return {"stages": stages, "grid_experiment": grids, "chosen": chosen, "kept_preset_value_in": kept,
             "preset_before": {"MULO_TAU": P.MULO_TAU, "MULO_K": P.MULO_K, "MULO_RADIUS": P.MULO_RADIUS,
                               "MULO_WINDOW": P.MULO_WINDOW, "MULO_ROWS": P.MULO_ROWS,
+                              "MULO_RECHECK": P.MULO_RECHECK, "MULO_RECHECK_SCOPE": P.MULO_RECHECK_SCOPE,
                               "LANTERN_DELTA": P.LANTERN_DELTA}}
 
 
@@ -225,6 +235,10 @@ def markdown(res: dict) -> str:
            f"- hardware: {res['hardware']['device_name']} ({res['hardware']['device']}), {res['hardware']['cpu_count']} "
            f"CPUs, torch {res['hardware']['torch']}", f"- samples per setting: {res['samples']}",
            f"- upsampler of every MuLo-SD setting: {res['settings'].get('upsampler', 'pixel')}", f"- rule: {res['rule']}", ""]
+    if res["sweep"]["chosen"]:
+        ch = res["sweep"]["chosen"]
+        out.insert(-2, f"- recheck of every MuLo-SD setting: {ch.get('MULO_RECHECK', 0)} rounds, scope "
+                       f"{ch.get('MULO_RECHECK_SCOPE', 'drafts')}")
     if not res["settings"]["quality_meaningful"]:
         out += ["**Random models and classifier: quality columns are meaningless.**", ""]
     for name, s in res["sweep"]["stages"].items():
@@ -289,8 +303,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the grid-size experiment, at the preset defaults (tag grid-<models>)")
     ap.add_argument("--recheck-only", action="store_true",
                     help="only recheck rounds 0/1/4/16 at the preset defaults (tag recheck-<models>)")
-    ap.add_argument("--recheck-scope", default="drafts", choices=RECHECK_SCOPES,
-                    help="--recheck-only: what a round verifies again (VerifierConfig.recheck_scope)")
+    ap.add_argument("--recheck", type=int, default=None,
+                    help="recheck rounds of every MuLo-SD setting of the sweep (default: the preset's)")
+    ap.add_argument("--recheck-scope", default=None, choices=RECHECK_SCOPES,
+                    help="what a recheck round verifies again (VerifierConfig.recheck_scope; default: the preset's; "
+                         "--recheck-only: drafts)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-quick]")
     ap.add_argument("--threads", type=int, default=0)
@@ -313,17 +330,18 @@ def main(argv: list[str] | None = None) -> int:
     elif args.recheck_only:
         n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
         res_sweep = {"stages": {"recheck": recheck_stage(models, samples, args.batch, args.warmup, n_boot_fd,
-                                                         not args.no_progress, args.upsampler, args.recheck_scope)},
+                                                         not args.no_progress, args.upsampler,
+                                                         args.recheck_scope or "drafts")},
                      "chosen": None, "kept_preset_value_in": [], "preset_before": None, "grid_experiment": None}
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
-                          not args.no_progress, args.upsampler)
+                          not args.no_progress, args.upsampler, args.recheck, args.recheck_scope)
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,
            "hardware": C.hardware(device), "samples": samples, "rule": RULE,
            "settings": {"models": args.models, "model_info": C.model_info(models), "dtype": args.dtype,
-                        "batch": args.batch, "warmup": args.warmup, "upsampler": args.upsampler, "quick": args.quick, "sampling": C.SAMPLING.to_dict(),
+                        "batch": args.batch, "warmup": args.warmup, "upsampler": args.upsampler, "recheck": args.recheck, "recheck_scope": args.recheck_scope, "quick": args.quick, "sampling": C.SAMPLING.to_dict(),
                         "grid": models.target.grid, "quality_meaningful": models.quality_meaningful,
                         "seconds": time.perf_counter() - t0},
            "sweep": res_sweep}

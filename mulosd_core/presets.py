@@ -28,13 +28,16 @@ MULO_K = 1
 MULO_RADIUS = 1
 MULO_WINDOW = 4
 MULO_ROWS = 2
+# Our extension (VerifierConfig.recheck, recheck_scope); 0 rounds = the paper's method.
+MULO_RECHECK = 0
+MULO_RECHECK_SCOPE = "drafts"
 LANTERN_DELTA = 0.1
 LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for the embedded 1024 (verify.lantern_neighbours)
 
 
 def mulo_verifier(**kw) -> VerifierConfig:
     base = dict(rule="mulo", tau=MULO_TAU, k_neighbours=MULO_K, expansion_radius=MULO_RADIUS,
-                rejection="local", resampling="islands")
+                rejection="local", resampling="islands", recheck=MULO_RECHECK, recheck_scope=MULO_RECHECK_SCOPE)
     base.update(kw)
     return VerifierConfig(**base)
 

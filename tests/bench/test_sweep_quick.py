@@ -16,7 +16,8 @@ def test_quick_sweep_writes_every_stage(tmp_path):
         assert s["ar"]["wall_seconds_median"] > 0
         assert sum(r["chosen"] for r in s["rows"]) == (s["chosen"] is not None)
     chosen = res["sweep"]["chosen"]
-    assert set(chosen) == {"MULO_TAU", "MULO_K", "MULO_RADIUS", "MULO_WINDOW", "MULO_ROWS", "LANTERN_DELTA"}
+    assert set(chosen) == {"MULO_TAU", "MULO_K", "MULO_RADIUS", "MULO_WINDOW", "MULO_ROWS", "MULO_RECHECK",
+                           "MULO_RECHECK_SCOPE", "LANTERN_DELTA"}
     assert res["sweep"]["preset_before"]["MULO_ROWS"] == P.MULO_ROWS
     assert "## rows" in (tmp_path / "sweep-tiny-quick.md").read_text()
     for stage in ("tau-k", "radius", "window", "rows", "lantern"):
@@ -50,3 +51,21 @@ def test_recheck_only_compares_recheck_rounds_against_ar(tmp_path):
                    "--tag", "all", "--no-progress"]) == 0
     rows = json.loads((tmp_path / "all.json").read_text())["sweep"]["stages"]["recheck"]["rows"]
     assert [r["params"]["recheck_scope"] for r in rows] == ["all"] * len(S.RECHECKS)
+
+
+def test_sweep_runs_every_mulo_setting_with_the_given_recheck(tmp_path, monkeypatch):
+    seen = []
+    real = S._mulo
+
+    def spy(*args):
+        cfg = real(*args)
+        seen.append((cfg.verifier.recheck, cfg.verifier.recheck_scope))
+        return cfg
+
+    monkeypatch.setattr(S, "_mulo", spy)
+    assert S.main(["--quick", "--models", "tiny", "--out", str(tmp_path), "--tag", "rc", "--no-progress",
+                   "--recheck", "2", "--recheck-scope", "all"]) == 0
+    assert seen and set(seen) == {(2, "all")}
+    res = json.loads((tmp_path / "rc.json").read_text())
+    assert (res["sweep"]["chosen"]["MULO_RECHECK"], res["sweep"]["chosen"]["MULO_RECHECK_SCOPE"]) == (2, "all")
+    assert "- recheck of every MuLo-SD setting: 2 rounds, scope all" in (tmp_path / "rc.md").read_text()
