@@ -8,7 +8,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from mulosd_core import presets
-from mulosd_core.engine import REJECTIONS, RESAMPLINGS, RULES, VerifierConfig
+from mulosd_core.engine import RECHECK_SCOPES, REJECTIONS, RESAMPLINGS, RULES, VerifierConfig
 from mulosd_core.imageops import FILTERS
 from mulosd_core.upsample import KINDS, UpsamplerConfig
 
@@ -87,6 +87,10 @@ class MuLoSDLocalVerifier(io.ComfyNode):
                                      "resampled, the accepted drafts after them are verified again given the final tokens "
                                      "and resampled if they fail, up to this many rounds. Local rejection with the mulo "
                                      "or greedy rule only. Each round costs a target call."),
+                io.Combo.Input("recheck_scope", options=list(RECHECK_SCOPES), default=v.recheck_scope,
+                               tooltip="What a recheck round verifies again: drafts = accepted drafts whose context "
+                                       "changed; all = also resampled tokens whose context changed after they were "
+                                       "sampled (every token then fits its final context; costs more target calls)."),
             ],
             outputs=[MulosdVerifier.Output("verifier", display_name="verifier",
                                            tooltip="The verifier settings, for the MuLo-SD Sampler.")],
@@ -94,7 +98,7 @@ class MuLoSDLocalVerifier(io.ComfyNode):
 
     @classmethod
     def execute(cls, rule, tau, k_neighbours, expansion_radius, rejection, resampling, lantern_delta,
-                recheck=0) -> io.NodeOutput:
+                recheck=0, recheck_scope="drafts") -> io.NodeOutput:
         return io.NodeOutput(VerifierConfig(rule=rule, tau=tau, k_neighbours=k_neighbours, expansion_radius=expansion_radius,
                                             rejection=rejection, resampling=resampling, lantern_delta=lantern_delta,
-                                            lantern_k=presets.LANTERN_K, recheck=recheck))
+                                            lantern_k=presets.LANTERN_K, recheck=recheck, recheck_scope=recheck_scope))

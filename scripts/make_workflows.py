@@ -157,7 +157,8 @@ class Graph:
 LOADER = dict(image_size=0, device="auto", dtype="float32", weights="auto")
 _V = presets.mulo_verifier()
 VERIFIER = dict(rule=_V.rule, tau=_V.tau, k_neighbours=_V.k_neighbours, expansion_radius=_V.expansion_radius,
-                rejection=_V.rejection, resampling=_V.resampling, lantern_delta=presets.LANTERN_DELTA, recheck=_V.recheck)
+                rejection=_V.rejection, resampling=_V.resampling, lantern_delta=presets.LANTERN_DELTA, recheck=_V.recheck,
+                recheck_scope=_V.recheck_scope)
 MULO = dict(parallel_window=presets.MULO_WINDOW, rows_per_step=presets.MULO_ROWS, draft_length=4)
 
 

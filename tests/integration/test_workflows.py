@@ -24,7 +24,7 @@ NODES = {
     "MuLoSDJanusPrompt": ["prompt"],
     "MuLoSDUpsampler": ["kind", "ratio", "filter"],
     "MuLoSDLocalVerifier": ["rule", "tau", "k_neighbours", "expansion_radius", "rejection", "resampling", "lantern_delta",
-                            "recheck"],
+                            "recheck", "recheck_scope"],
     "MuLoSDSampler": ["drafter", "target", "class_id", "seed", "cfg", "temperature", "top_k", "top_p", "parallel_window",
                       "rows_per_step", "draft_length", "batch_size", "upsampler", "verifier", "conditioning"],
     "MuLoSDARSampler": ["target", "class_id", "seed", "cfg", "temperature", "top_k", "top_p", "batch_size", "mode",

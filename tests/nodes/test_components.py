@@ -30,9 +30,13 @@ def test_verifier_recheck_input(pack):
 
     from mulosd_pack.nodes.components import MuLoSDLocalVerifier
 
-    assert defaults(MuLoSDLocalVerifier)["recheck"] == 0          # the paper's method by default
+    assert defaults(MuLoSDLocalVerifier)["recheck"] == presets.MULO_RECHECK
     out = MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4})).result[0]
-    assert out.recheck == 4
+    assert out.recheck == 4 and out.recheck_scope == presets.MULO_RECHECK_SCOPE
+    out = MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "recheck_scope": "all"})).result[0]
+    assert (out.recheck, out.recheck_scope) == (4, "all")
+    with pytest.raises(ValueError, match="recheck_scope must be one of"):
+        MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck_scope": "everything"}))
     with pytest.raises(ValueError, match="recheck needs local rejection"):
         MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "rejection": "raster"}))
 
