@@ -77,7 +77,8 @@ from mulosd_core.schedules import zipar_nfe
 
 log = logging.getLogger("bench.compare")
 
-ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_islands", "mulo_no_pooling", "mulo_raster",
+# mulo_no_pooling (k = 1) is left out while the default itself has k = 1 (presets.MULO_K): it would repeat mulo_islands.
+ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_islands", "mulo_paper", "mulo_raster",
                "mulo_sequential_draft", "mulo_nearest", "mulo_embedding", "mulo_learned", "mulo_oracle")
 QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_islands", "mulo_oracle")
 QUICK_SAMPLES = 4

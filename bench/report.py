@@ -24,6 +24,8 @@ from . import compare as C
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 RESULTS_DIR = "bench/results"
+# the sweep the shipped presets come from (mulosd_core/presets.py), then the older one without recheck
+PRESET_SWEEPS = ("sweep-recheck-embedded.json", "sweep-embedded.json")
 
 # SPEC section 3: figures published by each method's authors, on other models, resolutions and GPUs.
 PAPER = {
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default=None, help="compare JSON (default: cuda-embedded.json, else cpu-embedded.json)")
     ap.add_argument("--readme", default="README.md")
-    ap.add_argument("--sweep", default=None, help="sweep JSON (default bench/results/sweep-embedded.json when present; \"\" for none)")
+    ap.add_argument("--sweep", default=None, help="sweep JSON (default: the first of PRESET_SWEEPS present; \"\" for none)")
     ap.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date; write nothing")
     args = ap.parse_args(argv)
     path = args.results or default_results()
@@ -126,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         result = json.load(f)
     sweep_path = args.sweep
     if sweep_path is None:   # default: the committed sweep when present; --sweep "" for none
-        d = os.path.join(RESULTS_DIR, "sweep-embedded.json")
-        sweep_path = d if os.path.isfile(d) else None
+        found = [d for d in (os.path.join(RESULTS_DIR, n) for n in PRESET_SWEEPS) if os.path.isfile(d)]
+        sweep_path = found[0] if found else None
     sweep = None
     if sweep_path:
         with open(sweep_path) as f:
