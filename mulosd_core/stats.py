@@ -16,7 +16,7 @@ class RunStats:
     drafted: int = 0                # draft tokens proposed to the verifier
     accepted: int = 0               # draft tokens kept as drafted
     resampled: int = 0              # tokens sampled by the target outside acceptance
-    rechecked: int = 0              # of those, accepted drafts that failed VerifierConfig.recheck
+    rechecked: int = 0              # tokens resampled because they failed a VerifierConfig.recheck round
     steps: int = 0                  # decoding steps (chunks)
     largest_island: list[int] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: {"total": 0.0})
