@@ -74,9 +74,11 @@ class VerifierConfig:
                                ("recheck", self.recheck >= 0, ">= 0")):
             if not ok:
                 raise ValueError(f"verifier {name} must be {want}, got {getattr(self, name)}")
-        if self.recheck and (self.rejection != "local" or self.rule not in ("mulo", "greedy")):
-            raise ValueError(f"verifier recheck needs local rejection with the mulo or greedy rule (a deterministic test "
-                             f"that can be repeated), got rule {self.rule!r} with {self.rejection} rejection")
+        # Raster rejection keeps nothing after a rejection, so no kept token's context changes: recheck has
+        # nothing to do there and is allowed (the defaults stay valid when only the rejection is switched).
+        if self.recheck and self.rejection == "local" and self.rule not in ("mulo", "greedy"):
+            raise ValueError(f"verifier recheck needs the mulo or greedy rule (a deterministic test that can be "
+                             f"repeated), got rule {self.rule!r} with local rejection; set recheck to 0 for it")
 
 
 @dataclass

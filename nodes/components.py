@@ -85,8 +85,9 @@ class MuLoSDLocalVerifier(io.ComfyNode):
                 io.Int.Input("recheck", default=v.recheck, min=0, max=64,
                              tooltip="Our extension, not in the paper (0 = the paper's method). After the islands are "
                                      "resampled, the accepted drafts after them are verified again given the final tokens "
-                                     "and resampled if they fail, up to this many rounds. Local rejection with the mulo "
-                                     "or greedy rule only. Each round costs a target call."),
+                                     "and resampled if they fail, up to this many rounds. With local rejection it needs "
+                                     "the mulo or greedy rule (set 0 for exact/lantern); raster rejection leaves it "
+                                     "nothing to do. Each round costs a target call."),
                 io.Combo.Input("recheck_scope", options=list(RECHECK_SCOPES), default=v.recheck_scope,
                                tooltip="What a recheck round verifies again: drafts = accepted drafts whose context "
                                        "changed; all = also resampled tokens whose context changed after they were "

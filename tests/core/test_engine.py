@@ -534,10 +534,19 @@ def test_recheck_zero_is_the_papers_method(models):
     assert torch.equal(a.tokens, b.tokens) and a.stats.rechecked == 0
 
 
-@pytest.mark.parametrize("kwargs", [dict(rejection="raster"), dict(rule="exact"), dict(rule="lantern")])
-def test_recheck_needs_a_repeatable_local_test(kwargs):
-    with pytest.raises(ValueError, match="recheck needs local rejection with the mulo or greedy rule"):
+@pytest.mark.parametrize("kwargs", [dict(rule="exact"), dict(rule="lantern")])
+def test_recheck_needs_a_repeatable_test(kwargs):
+    with pytest.raises(ValueError, match="recheck needs the mulo or greedy rule .* set recheck to 0"):
         VerifierConfig(recheck=2, **kwargs)
+
+
+def test_recheck_is_a_no_op_under_raster_rejection(models):
+    """Nothing is kept after a raster rejection, so there is nothing to recheck: same tokens, same calls."""
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=4)
+    runs = [generate(models[4], torch.tensor([1, 2]), sampling, spec(rejection="raster", recheck=n, k=1),
+                     drafter=models[2], seed=3, decode=False) for n in (0, 16)]
+    assert torch.equal(runs[0].tokens, runs[1].tokens) and runs[1].stats.rechecked == 0
+    assert runs[0].stats.target_calls == runs[1].stats.target_calls
 
 
 # ----------------------------------------------------------------------------- parameter errors

@@ -37,8 +37,8 @@ def test_verifier_recheck_input(pack):
     assert (out.recheck, out.recheck_scope) == (4, "all")
     with pytest.raises(ValueError, match="recheck_scope must be one of"):
         MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck_scope": "everything"}))
-    with pytest.raises(ValueError, match="recheck needs local rejection"):
-        MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "rejection": "raster"}))
+    with pytest.raises(ValueError, match="recheck needs the mulo or greedy rule"):
+        MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "rule": "exact"}))
 
 
 def test_upsampler_defaults_and_ratio(pack):
