@@ -167,7 +167,7 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
 def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boot_fd: int, progress: bool,
                   upsampler: str, scope: str = "drafts") -> dict:
     """MuLo-SD at the preset defaults with each RECHECKS number of recheck rounds of `scope`, against AR
-    (the rule is applied and reported, but nothing is chosen: recheck is not a preset yet)."""
+    (the rule is applied and reported, but nothing is chosen here: presets.MULO_RECHECK records the choice)."""
     cur = _preset_settings(upsampler)
     t0 = time.perf_counter()
     settings = {f"recheck={n}": (dict(recheck=n, recheck_scope=scope), _mulo_at(cur, recheck=n, recheck_scope=scope), "low")
@@ -234,11 +234,11 @@ def markdown(res: dict) -> str:
     out = [f"# Sweep `{res['tag']}`", "", f"- command: `{res['command']}`", f"- date: {res['date']}",
            f"- hardware: {res['hardware']['device_name']} ({res['hardware']['device']}), {res['hardware']['cpu_count']} "
            f"CPUs, torch {res['hardware']['torch']}", f"- samples per setting: {res['samples']}",
-           f"- upsampler of every MuLo-SD setting: {res['settings'].get('upsampler', 'pixel')}", f"- rule: {res['rule']}", ""]
-    if res["sweep"]["chosen"]:
-        ch = res["sweep"]["chosen"]
-        out.insert(-2, f"- recheck of every MuLo-SD setting: {ch.get('MULO_RECHECK', 0)} rounds, scope "
-                       f"{ch.get('MULO_RECHECK_SCOPE', 'drafts')}")
+           f"- upsampler of every MuLo-SD setting: {res['settings'].get('upsampler', 'pixel')}"]
+    if ch := res["sweep"]["chosen"]:   # the recheck is a condition of the run, recorded with the chosen defaults
+        out.append(f"- recheck of every MuLo-SD setting: {ch.get('MULO_RECHECK', 0)} rounds, scope "
+                   f"{ch.get('MULO_RECHECK_SCOPE', 'drafts')}")
+    out += [f"- rule: {res['rule']}", ""]
     if not res["settings"]["quality_meaningful"]:
         out += ["**Random models and classifier: quality columns are meaningless.**", ""]
     for name, s in res["sweep"]["stages"].items():

@@ -54,9 +54,9 @@ class VerifierConfig:
     resampling: str = "islands"
     lantern_delta: float = 0.1
     lantern_k: int = 0          # 0: upstream's 1000 of 16384 codes, scaled to the codebook (verify.lantern_neighbours)
-    # Our extension, not in the paper: after island resampling, verify the accepted drafts that follow a
-    # resampled token again, in the tokens' final context, and resample those that now fail; at most this
-    # many rounds (0 = the paper's method). Local rejection with the mulo or greedy rule only.
+    # Our extension, not in the paper: after resampling, verify tokens whose context changed again, in
+    # their current context, and resample those that now fail; at most this many rounds (0 = the paper's
+    # method). With local rejection it needs the mulo or greedy rule; under raster rejection it is a no-op.
     recheck: int = 0
     # What a recheck round verifies again: "drafts" (accepted drafts whose context changed after they were
     # verified) or "all" (also resampled tokens whose context changed after they were sampled).

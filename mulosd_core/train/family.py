@@ -84,8 +84,6 @@ class Preset:
     second_lane: tuple[str, ...] = ("classifier", "drafter", "sd_drafter")
 
 
-FULL_CPU = Preset("cpu-full")   # the shipped family (models/embedded), about 2.5 h on the 2-core CPU
-
 PRESETS = {
     # The default: the shipped architectures on shorter schedules and a smaller pool, so that the whole
     # family trains in under 80 minutes on the 2-core CPU (two processes, see `Preset.second_lane`).
@@ -94,7 +92,7 @@ PRESETS = {
         GPTStage("drafter", grid=8, dim=80, n_layer=4, n_head=4, steps=6000, batch=32, pool=48000),
         GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16)],
         upsampler=UpsamplerStage(steps=1500)),
-    "cpu-full": FULL_CPU,
+    "cpu-full": Preset("cpu-full"),   # the shipped family (models/embedded), about 2.2 h stage by stage
     "gpu": Preset("gpu", vq_steps=6000, vq_batch=64, pool=100000, gpts=[
         GPTStage("target", grid=16, dim=192, n_layer=6, n_head=6, steps=8000, batch=64),
         GPTStage("drafter", grid=8, dim=128, n_layer=4, n_head=4, steps=6000, batch=64),
@@ -469,25 +467,26 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
     wanted = [n for n in names if not stages or n in stages]
     out_p, work_p = Path(out), Path(work)
     card = out_p / "family.json"
-    if card.exists() and json.loads(card.read_text()).get("preset") != preset:
-        raise ValueError(f"--out: {out} holds a family trained with preset {json.loads(card.read_text()).get('preset')!r}, "
-                         f"not {preset!r}; choose another --out (or that --preset) so the two are not mixed")
+    held = json.loads(card.read_text()).get("preset") if card.exists() else preset
+    if held != preset:
+        raise ValueError(f"--out: {out} holds a family trained with preset {held!r}, not {preset!r}; "
+                         f"choose another --out (or that --preset) so the two are not mixed")
     out_p.mkdir(parents=True, exist_ok=True)
     work_p.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     vq = load_vq(str(out_p / "vq.safetensors"), device=device) if _done(out_p, "vq") else train_vq(p, out_p, work_p, device)
     log.info("VQ ready after %.0fs", time.perf_counter() - t0)
     second = [n for n in wanted if n in p.second_lane and not _done(out_p, n)] if jobs == 2 else []
-    first = [n for n in wanted if n not in second]
+    alongside = [n for n in wanted if n not in second and n != "upsampler" and not _done(out_p, n)]
     pool = None
-    if second and len(first) > 1:   # something besides the upsampler to overlap with
+    if second and alongside:   # two processes only when both have something to train
         pool = token_pool(vq, p, work_p, device)   # encoded once, before the child reads it
         threads = torch.get_num_threads()
         lane = max(1, threads // 2)
         child = _start_second_lane(preset, second, out_p, work_p, device, lane)
         try:
             torch.set_num_threads(lane)
-            pool = _train_members([n for n in first if n != "upsampler"], p, vq, out_p, work_p, device, t0, pool)
+            pool = _train_members(alongside, p, vq, out_p, work_p, device, t0, pool)
         except BaseException:
             child.terminate()
             child.wait()
@@ -498,10 +497,7 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
             raise RuntimeError(f"the second training process ({', '.join(second)}) failed with exit code "
                                f"{child.returncode}; its log is above. Run the same command again to resume.")
         log.info("both processes done after %.0fs", time.perf_counter() - t0)
-        first = ["upsampler"] if "upsampler" in first else []
-    else:
-        first = wanted
-    _train_members(first, p, vq, out_p, work_p, device, t0, pool)
+    _train_members(wanted, p, vq, out_p, work_p, device, t0, pool)   # what is still missing: all, or the upsampler
     if card.exists() or not all(_done(out_p, n) for n in ["vq", *names]):
         return   # the card is written once, by the run that completes the family
     card.write_text(json.dumps({
