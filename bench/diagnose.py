@@ -8,7 +8,8 @@ sampled it). Per kind of token in the acceptance map (accepted draft, rejected, 
 neighbour) it reports the mean NLL and the share the target gives probability below the
 verifier's tau ("stale": accepted in the drafts' context, not in the final one) or exactly 0
 (outside top-k/top-p: a token AR sampling could never produce). AR's own tokens are the
-reference. Same classes and seeds as the benchmark (sample i: class i mod 12, seed i).
+reference. Under "recheck" it reports, per image, the recheck rounds that found a failure and the
+steps that spent every round (stale tokens may remain there). Same classes and seeds as the benchmark (sample i: class i mod 12, seed i).
 """
 from __future__ import annotations
 
@@ -30,19 +31,23 @@ from . import compare as C
 KINDS = {"accepted": ACCEPTED, "rejected": REJECTED, "neighbour": NEIGHBOUR}
 
 
-def diagnose(models: C.Models, name: str, recheck: int, samples: int, scope: str = "drafts") -> dict:
-    """Per token kind: count, mean NLL (nats, p clamped at 1e-12), share below tau, share at p = 0."""
+def diagnose(models: C.Models, name: str, recheck: int, samples: int, scope: str = "drafts") -> tuple[dict, dict]:
+    """Per token kind: count, mean NLL (nats, p clamped at 1e-12), share below tau, share at p = 0;
+    and the recheck counters per image."""
     cfg, kind = method_presets()[name]
     cfg = replace(cfg, verifier=replace(cfg.verifier, recheck=recheck, recheck_scope=scope))
     tau = cfg.verifier.tau
     acc: dict[str, list[torch.Tensor]] = {k: [] for k in KINDS}
+    rounds = exhausted = 0
     for i in range(samples):
         lab = torch.tensor([i % NUM_CLASSES])
         res = generate(models.target, lab, C.SAMPLING, cfg, drafter=models.drafter_for(kind), seed=i, decode=False)
-        p, codes = token_probs(models.target, res.tokens, lab, C.SAMPLING)[0], map_codes(res.maps)[0][0]  # batch 1
+        p, codes = token_probs(models.target, res.tokens, lab, C.SAMPLING)[0], map_codes(res.maps)[0]  # batch 1
         for k, code in KINDS.items():
             acc[k].append(p[codes == code])
-    return {k: summary(torch.cat(v), tau) for k, v in acc.items()}
+        rounds, exhausted = rounds + res.stats.recheck_rounds, exhausted + res.stats.recheck_exhausted
+    return ({k: summary(torch.cat(v), tau) for k, v in acc.items()},
+            {"rounds_per_image": rounds / samples, "exhausted_steps_per_image": exhausted / samples})
 
 
 def summary(p: torch.Tensor, tau: float) -> dict:
@@ -75,12 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     models = C.load_models(args.models)
     out = {"command": "python -m bench.diagnose " + " ".join(sys.argv[1:] if argv is None else argv),
-           "ar": ar_reference(models, args.samples), "methods": {}}
+           "ar": ar_reference(models, args.samples), "methods": {}, "recheck": {}}
     for name in args.methods:
         for n in args.recheck:
             for scope in args.recheck_scope if n else ["drafts"]:
                 key = f"{name} recheck={n}" + (f" scope={scope}" if scope != "drafts" else "")
-                out["methods"][key] = diagnose(models, name, n, args.samples, scope)
+                out["methods"][key], out["recheck"][key] = diagnose(models, name, n, args.samples, scope)
     print(json.dumps(out, indent=1))
     return 0
 

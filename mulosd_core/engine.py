@@ -171,12 +171,15 @@ def acceptance_map(codes: torch.Tensor, grid: int) -> torch.Tensor:
     return MAP_COLOURS.to(codes.device)[codes].reshape(-1, grid, grid, 3).permute(0, 3, 1, 2).contiguous()
 
 
-def map_codes(maps: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Acceptance maps [B, 3, g, g] -> (codes [B, g*g], largest colour error): the inverse of
-    `acceptance_map`, for tools that read the maps back; an error above 0 means a foreign colour."""
+def map_codes(maps: torch.Tensor) -> torch.Tensor:
+    """Acceptance maps [B, 3, g, g] -> codes [B, g*g]: the inverse of `acceptance_map`, for tools that
+    read the maps back. A pixel that is none of MAP_COLOURS means the input is not an acceptance map."""
     px = maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1, 1, 3)
     best = (px - MAP_COLOURS.to(maps.device)).abs().amax(-1).min(-1)
-    return best.indices, float(best.values.max()) if best.values.numel() else 0.0
+    if best.values.numel() and float(best.values.max()) > 1e-6:
+        raise ValueError(f"map_codes: maps is not an acceptance map: a pixel is {float(best.values.max()):.3g} "
+                         f"away from every colour in MAP_COLOURS")
+    return best.indices
 
 
 # ------------------------------------------------------------------------------ speculative
@@ -398,7 +401,10 @@ class _Speculative:
                 more = self._recheck(base, r1 - r0, e)
                 if more is None:
                     break
+                self.stats.recheck_rounds += 1
                 waves = max(waves, more)
+            else:
+                self.stats.recheck_exhausted += int(self.v.recheck > 0)
         self.stats.largest_island.append(waves)   # one entry per step, recheck rounds included
         return e
 

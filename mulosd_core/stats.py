@@ -17,6 +17,9 @@ class RunStats:
     accepted: int = 0               # draft tokens kept as drafted
     resampled: int = 0              # tokens sampled by the target outside acceptance
     rechecked: int = 0              # tokens resampled because they failed a VerifierConfig.recheck round
+    recheck_rounds: int = 0         # recheck rounds that found a failure (each costs target calls)
+    recheck_exhausted: int = 0      # steps that spent every recheck round: the last one still resampled, so
+                                    # tokens it made stale were not verified again
     steps: int = 0                  # decoding steps (chunks)
     largest_island: list[int] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: {"total": 0.0})

@@ -12,6 +12,7 @@ def test_diagnose_reports_each_token_kind(capsys):
         kinds = out["methods"][name]
         assert set(kinds) == {"accepted", "rejected", "neighbour"}
         assert sum(k["tokens"] for k in kinds.values()) == 3 * 16
+    assert out["recheck"]["mulo_islands recheck=0"] == {"rounds_per_image": 0.0, "exhausted_steps_per_image": 0.0}
     accepted = out["methods"]["mulo_islands recheck=16"]["accepted"]
     assert accepted["tokens"] == 0 or accepted["below_tau"] == 0.0           # recheck leaves no stale acceptance
 

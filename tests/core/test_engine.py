@@ -26,8 +26,8 @@ from mulosd_core.engine import (
     MethodConfig,
     VerifierConfig,
     generate,
+    map_codes,
 )
-from mulosd_core.engine import map_codes as engine_map_codes
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
 from mulosd_core.schedules import parallel_draft_nfe, zipar_nfe
@@ -91,13 +91,6 @@ def teacher_forced_probs(model: LlamaGenModel, cond, tokens: torch.Tensor, sampl
             uncond = model.gpt(tokens, model.gpt.null_condition(tokens.shape[0]), model.grid)
             logits = cfg_combine(torch.cat([logits, uncond]), sampling.cfg_scale)
     return process_logits(logits, sampling)
-
-
-def map_codes(maps: torch.Tensor) -> torch.Tensor:
-    """Acceptance maps -> codes; asserts every pixel is one of the 4 colours."""
-    codes, err = engine_map_codes(maps)
-    assert err < 1e-6, "acceptance map holds a colour outside MAP_COLOURS"
-    return codes
 
 
 def spec(rule="mulo", rejection="local", resampling="islands", tau=0.3, k=4, radius=1, recheck=0, **kw) -> MethodConfig:
@@ -425,6 +418,13 @@ def test_ar_method_map_is_all_target(target4):
     assert bool((map_codes(res.maps) == TARGET).all())
 
 
+def test_map_codes_refuses_what_is_not_an_acceptance_map(target4):
+    maps = generate(target4, torch.tensor([1]), SamplingConfig(), MethodConfig(method="ar"), decode=False).maps
+    maps[0, :, 2, 3] = 0.5
+    with pytest.raises(ValueError, match="not an acceptance map"):
+        map_codes(maps)
+
+
 # ----------------------------------------------------------------------------- invariants
 @pytest.mark.parametrize("drafter,rejection,resampling,radius,draft_len", [
     ("same", "local", "serial", 2, 3),     # chunks start mid-row: expansion must not reach back
@@ -532,6 +532,25 @@ def test_recheck_zero_is_the_papers_method(models):
     a = generate(models[4], torch.tensor([1, 2]), sampling, spec(k=1), drafter=models[2], seed=3, decode=False)
     b = generate(models[4], torch.tensor([1, 2]), sampling, spec(k=1, recheck=0), drafter=models[2], seed=3, decode=False)
     assert torch.equal(a.tokens, b.tokens) and a.stats.rechecked == 0
+
+
+def test_recheck_counts_its_rounds_and_the_steps_that_ran_out(models):
+    """recheck_rounds counts rounds that found a failure; recheck_exhausted the steps whose last round still
+    resampled (so tokens it made stale went unverified). With one round the two are the same."""
+    target, labels = models[4], torch.tensor([0, 3, 5, 6])
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=2)
+    seen = {0: 0, 1: 0, 16: 0}
+    for seed in range(4):
+        for recheck in seen:
+            method = spec(rule="mulo", tau=0.3, k=1, radius=1, recheck=recheck)
+            method = replace(method, verifier=replace(method.verifier, recheck_scope="all"))
+            s = generate(target, labels, sampling, method, drafter=models[2], seed=seed, decode=False).stats
+            assert s.recheck_rounds <= recheck * s.steps and s.recheck_exhausted <= s.steps
+            if recheck == 1:
+                assert s.recheck_exhausted == s.recheck_rounds
+            seen[recheck] += s.recheck_rounds
+            assert (s.recheck_rounds > 0) <= (s.rechecked > 0)
+    assert seen[0] == 0 and seen[1] > 0 and seen[16] >= seen[1]
 
 
 @pytest.mark.parametrize("kwargs", [dict(rule="exact"), dict(rule="lantern")])

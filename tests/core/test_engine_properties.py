@@ -21,8 +21,8 @@ from mulosd_core.engine import (
     MethodConfig,
     VerifierConfig,
     generate,
+    map_codes,
 )
-from mulosd_core.engine import map_codes as engine_map_codes
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.testing import CountingModel, tiny_model, tiny_vq
 from mulosd_core.upsample import KINDS, UpsamplerConfig
@@ -40,13 +40,6 @@ def _vq():
 def _model(grid: int, seed: int):
     return tiny_model(grid, seed, vq=_vq(), dim=16, n_head=2, n_layer=1)
 
-
-
-def map_codes(maps: torch.Tensor) -> torch.Tensor:
-    """Acceptance maps -> codes; asserts every pixel is one of the 4 colours."""
-    codes, err = engine_map_codes(maps)
-    assert err < 1e-6, "acceptance map holds a colour outside MAP_COLOURS"
-    return codes
 
 
 @st.composite
