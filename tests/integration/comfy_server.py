@@ -8,6 +8,7 @@ port, and its own server process, stopped by PID at the end.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -36,6 +37,18 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def die_with_parent() -> None:
+    """Popen preexec_fn (Linux): the kernel sends the child SIGTERM when its parent dies, also when pytest
+    is killed by a signal that skips the fixture's finaliser (`timeout`, SIGKILL); otherwise the server
+    would keep a core busy. Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:   # the parent died before the request took effect
+        os._exit(1)
 
 
 class ComfyServerError(RuntimeError):
@@ -114,6 +127,7 @@ class ComfyServer:
             cmd, cwd=self.comfy_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=self._log_file, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: Ctrl-C in pytest does not hit it twice
+            preexec_fn=die_with_parent,
         )
         self._wait_ready(ready_timeout)
         return self

@@ -1,4 +1,11 @@
 """ComfyUI starts with the pack in custom_nodes/ and imports it without failure."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 
 def test_server_serves_object_info(comfy_server):
@@ -38,3 +45,32 @@ def test_client_runs_a_core_prompt(comfy_server):
     assert status == 400, body
     comfy_server.cancel("not-a-prompt")  # harmless on unknown ids
     comfy_server.interrupt()
+
+
+def test_server_process_dies_with_its_parent():
+    """The server is started with die_with_parent: a pytest killed by a signal takes it along. Checked
+    with a stand-in: a parent that starts `sleep` the same way and is SIGKILLed."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux-only")
+    here = Path(__file__).parent
+    parent = ("import os, signal, subprocess, sys; sys.path.insert(0, %r); from comfy_server import die_with_parent; "
+              "p = subprocess.Popen(['sleep', '60'], stdout=subprocess.DEVNULL, start_new_session=True, "
+              "preexec_fn=die_with_parent); "
+              "print(p.pid, flush=True); os.kill(os.getpid(), signal.SIGKILL)" % str(here))
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=30)
+    child = int(out.stdout.split()[0])
+
+    def running() -> bool:
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().split(") ")[1][0]
+        except (FileNotFoundError, IndexError):
+            return False
+        return state not in "ZX"
+
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = running()
+    if alive:
+        os.kill(child, 9)
+    assert not alive, "the child outlived its SIGKILLed parent"
