@@ -199,8 +199,12 @@ class _Speculative:
         self.codes = torch.full((self.B, self.N), TARGET, dtype=torch.long, device=dev)
         self.d_cached = torch.full((self.B, drafter.num_tokens), -1, dtype=torch.long, device=drafter.device)
         self.t_stale = self.N   # first target slot whose K/V a resample left stale (N: none)
-        # when each token was last decided (verified or sampled), on a clock that ticks per target call
+        # For recheck, on one clock: `decided` = when the context a token was judged in (verified or
+        # sampled) was read; `changed` = when its value was last written. A token is stale when a token
+        # before it changed after it was decided; a wave samples after reading its context, so its
+        # tokens change one tick later than they are decided (the islands of one wave see each other stale).
         self.decided = torch.zeros(self.B, self.N, dtype=torch.long, device=dev)
+        self.changed = torch.zeros(self.B, self.N, dtype=torch.long, device=dev)
         self.clock = 0
         if self.v.rule == "mulo":
             self.nbr = cached_knn_table(target.codebook(), min(self.v.k_neighbours, target.vocab_size), include_self=True)
@@ -385,7 +389,7 @@ class _Speculative:
         base = r0 * W
         self.codes[:, f:e] = ACCEPTED
         self.clock += 1
-        self.decided[:, f:e] = self.clock
+        self.decided[:, f:e] = self.changed[:, f:e] = self.clock
         codes = self.codes[:, base:r1 * W]
         codes[region] = NEIGHBOUR
         codes[rej] = REJECTED
@@ -409,12 +413,10 @@ class _Speculative:
         return e
 
     def _stale(self, base: int, e: int) -> torch.Tensor:
-        """[B, e-base]: tokens decided before a resampled token ahead of them in raster order was."""
-        d = self.decided[:, base:e]
-        codes = self.codes[:, base:e]
-        resampled = torch.where((codes == REJECTED) | (codes == NEIGHBOUR), d, torch.zeros_like(d))
-        before = torch.cat([torch.zeros_like(d[:, :1]), resampled.cummax(1).values[:, :-1]], 1)
-        return before > d
+        """[B, e-base]: tokens decided before a token ahead of them in raster order last changed."""
+        c = self.changed[:, base:e]
+        before = torch.cat([torch.zeros_like(c[:, :1]), c.cummax(1).values[:, :-1]], 1)
+        return before > self.decided[:, base:e]
 
     def _recheck(self, base: int, rows: int, e: int) -> Optional[int]:
         """One round of `VerifierConfig.recheck`: the stale tokens in scope are verified again given the
@@ -469,10 +471,11 @@ class _Speculative:
             per_b: dict[int, list[int]] = {}
             for b, p in pos:
                 per_b.setdefault(b, []).append(p)
-            self.clock += 1
+            self.clock += 2
             for b, ps in per_b.items():
                 self._sample_at(probs, b, ps, lo)
-                self.decided[b, ps] = self.clock
+                self.decided[b, ps] = self.clock - 1
+                self.changed[b, ps] = self.clock
             kv_ok = min(kv_ok, min(p for _, p in pos))
         # Resampled tokens from kv_ok on were fed with their old values (and everything after them
         # attended those): the next verify call must re-feed them before reading any logits.

@@ -534,6 +534,25 @@ def test_recheck_zero_is_the_papers_method(models):
     assert torch.equal(a.tokens, b.tokens) and a.stats.rechecked == 0
 
 
+@pytest.mark.parametrize("grid,radius,rows", [(8, 0, 1), (8, 0, 2), (8, 1, 1), (8, 1, 2)])
+def test_recheck_all_under_greedy_sampling_is_greedy_ar(models, grid, radius, rows):
+    """With greedy sampling every token has probability 1 or 0, so a run in which every token was judged
+    in its final context is greedy AR token for token. Island waves sample several islands from one
+    context read: the later islands of a wave are stale at once and must be checked again too."""
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=0.0)
+    labels = torch.tensor([0, 3, 5, 6])
+    ar = generate_ar(models[grid], labels, sampling, decode=False)
+    method = spec(rule="mulo", tau=0.3, k=1, radius=radius, recheck=64, rows_per_step=rows, kind="nearest")
+    method = replace(method, verifier=replace(method.verifier, recheck_scope="all"))
+    rounds = 0
+    for seed in range(3):
+        res = generate(models[grid], labels, sampling, method, drafter=models[2], seed=seed, decode=False)
+        assert res.stats.recheck_exhausted == 0
+        assert torch.equal(res.tokens, ar.tokens), f"seed {seed}: {int((res.tokens != ar.tokens).sum())} tokens differ"
+        rounds += res.stats.recheck_rounds
+    assert rounds > 0   # the case needs recheck
+
+
 def test_recheck_counts_its_rounds_and_the_steps_that_ran_out(models):
     """recheck_rounds counts rounds that found a failure; recheck_exhausted the steps whose last round still
     resampled (so tokens it made stale went unverified). With one round the two are the same."""
