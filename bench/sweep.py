@@ -62,7 +62,7 @@ WINDOWS = (1, 2, 4, 8)
 ROWS = (1, 2, 4, 8)
 DELTAS = (0.05, 0.1, 0.2, 0.4)
 GRID_FACTORS = (1.0, 1.5, 2.0)
-RECHECKS = (0, 1, 4, 16)   # --recheck-only: rounds of VerifierConfig.recheck (our extension; 0 = the paper)
+RECHECKS = (0, 1, 4, 16, 64)   # --recheck-only: rounds of VerifierConfig.recheck (our extension; 0 = the paper)
 QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), rows=(1, 2), deltas=(0.1, 0.4))
 ACC_TOL = 0.03          # accuracy may drop at most 3 points below AR's
 FD_TOL = 0.15           # FD may be at most 15% above AR's

@@ -82,12 +82,13 @@ class MuLoSDLocalVerifier(io.ComfyNode):
                                tooltip="lantern rule: cap on the neighbour probability mass added to the draft's own "
                                        "(LANTERN's delta). Its neighbourhood k is LANTERN's 1000 of 16384 codes scaled to the "
                                        "model's codebook (1000 for LlamaGen, 62 for the embedded models)."),
-                io.Int.Input("recheck", default=v.recheck, min=0, max=64,
+                io.Int.Input("recheck", default=v.recheck, min=0, max=256,
                              tooltip="Our extension, not in the paper (0 = the paper's method). After the islands are "
-                                     "resampled, the accepted drafts after them are verified again given the final tokens "
-                                     "and resampled if they fail, up to this many rounds. With local rejection it needs "
-                                     "the mulo or greedy rule (set 0 for exact/lantern); raster rejection leaves it "
-                                     "nothing to do. Each round costs a target call."),
+                                     "resampled, the tokens after them are verified again given the current tokens "
+                                     "and resampled if they fail, up to this many rounds (a cap: rounds stop when "
+                                     "nothing fails). With local rejection it needs the mulo or greedy rule (set 0 for "
+                                     "exact/lantern); raster rejection leaves it nothing to do. Each round that runs "
+                                     "costs a target call."),
                 io.Combo.Input("recheck_scope", options=list(RECHECK_SCOPES), default=v.recheck_scope,
                                tooltip="What a recheck round verifies again: drafts = accepted drafts whose context "
                                        "changed; all = also resampled tokens whose context changed after they were "
