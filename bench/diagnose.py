@@ -9,7 +9,8 @@ neighbour) it reports the mean NLL and the share the target gives probability be
 verifier's tau ("stale": accepted in the drafts' context, not in the final one) or exactly 0
 (outside top-k/top-p: a token AR sampling could never produce). AR's own tokens are the
 reference. Under "recheck" it reports, per image, the recheck rounds that found a failure and the
-steps that spent every round (stale tokens may remain there). Same classes and seeds as the benchmark (sample i: class i mod 12, seed i).
+steps that spent every round (stale tokens may remain there). Same classes and seeds as the
+benchmark (sample i: class i mod 12, seed i).
 """
 from __future__ import annotations
 

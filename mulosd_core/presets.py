@@ -31,8 +31,8 @@ MULO_RADIUS = 1
 MULO_WINDOW = 4
 MULO_ROWS = 8
 # Our extension, not in the paper (VerifierConfig.recheck, recheck_scope; 0 rounds = the paper's method):
-# after resampling, every token a token before it changed under since it was decided is verified again,
-# up to 64 rounds (a cap: a round runs only while something failed). From `python -m bench.sweep
+# after resampling, every token whose context changed after it was decided is verified again, up to
+# 64 rounds (a cap: a round runs only while something failed). From `python -m bench.sweep
 # --recheck-only --recheck-scope all --samples 24 --threads 1` (bench/results/recheck-all-embedded.md):
 # 16 and 64 rounds are the settings within AR's quality (accuracy 0.875 and 0.917 vs AR 0.875; recheck 0:
 # 0.583), 64 the faster within noise (0.58x vs 0.56x, the same target calls); the full sweep under it is

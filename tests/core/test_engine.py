@@ -10,7 +10,6 @@ verifier and resampler use always being the target's given the current tokens.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 import itertools
 
 import pytest
@@ -93,9 +92,10 @@ def teacher_forced_probs(model: LlamaGenModel, cond, tokens: torch.Tensor, sampl
     return process_logits(logits, sampling)
 
 
-def spec(rule="mulo", rejection="local", resampling="islands", tau=0.3, k=4, radius=1, recheck=0, **kw) -> MethodConfig:
+def spec(rule="mulo", rejection="local", resampling="islands", tau=0.3, k=4, radius=1, recheck=0, scope="drafts",
+         **kw) -> MethodConfig:
     verifier = VerifierConfig(rule=rule, tau=tau, k_neighbours=k, expansion_radius=radius, rejection=rejection,
-                              resampling=resampling, recheck=recheck)
+                              resampling=resampling, recheck=recheck, recheck_scope=scope)
     kind = kw.pop("kind", "nearest")
     return MethodConfig(method="speculative", verifier=verifier, upsampler=UpsamplerConfig(kind=kind), **kw)
 
@@ -515,8 +515,7 @@ def test_recheck_all_leaves_no_token_the_final_context_rules_out(models):
     impossible = {"drafts": 0, "all": 0}
     for seed in range(6):
         for scope in impossible:
-            method = spec(rule="mulo", tau=0.3, k=1, radius=1, recheck=16)
-            method = replace(method, verifier=replace(method.verifier, recheck_scope=scope))
+            method = spec(rule="mulo", tau=0.3, k=1, radius=1, recheck=16, scope=scope)
             res = generate(target, labels, sampling, method, drafter=models[2], seed=seed, decode=False)
             p = teacher_forced_probs(target, labels, res.tokens, sampling).gather(-1, res.tokens[..., None])[..., 0]
             impossible[scope] += int((p == 0).sum())
@@ -542,8 +541,7 @@ def test_recheck_all_under_greedy_sampling_is_greedy_ar(models, grid, radius, ro
     sampling = SamplingConfig(cfg_scale=1.0, temperature=0.0)
     labels = torch.tensor([0, 3, 5, 6])
     ar = generate_ar(models[grid], labels, sampling, decode=False)
-    method = spec(rule="mulo", tau=0.3, k=1, radius=radius, recheck=64, rows_per_step=rows, kind="nearest")
-    method = replace(method, verifier=replace(method.verifier, recheck_scope="all"))
+    method = spec(rule="mulo", tau=0.3, k=1, radius=radius, recheck=64, scope="all", rows_per_step=rows, kind="nearest")
     rounds = 0
     for seed in range(3):
         res = generate(models[grid], labels, sampling, method, drafter=models[2], seed=seed, decode=False)
@@ -561,8 +559,7 @@ def test_recheck_counts_its_rounds_and_the_steps_that_ran_out(models):
     seen = {0: 0, 1: 0, 16: 0}
     for seed in range(4):
         for recheck in seen:
-            method = spec(rule="mulo", tau=0.3, k=1, radius=1, recheck=recheck)
-            method = replace(method, verifier=replace(method.verifier, recheck_scope="all"))
+            method = spec(rule="mulo", tau=0.3, k=1, radius=1, recheck=recheck, scope="all")
             s = generate(target, labels, sampling, method, drafter=models[2], seed=seed, decode=False).stats
             assert s.recheck_rounds <= recheck * s.steps and s.recheck_exhausted <= s.steps
             if recheck == 1:
