@@ -284,9 +284,13 @@ class JanusModel:
         return self.nearest_codes(self.vq.quant_conv(self.vq.encoder(x)))
 
     def code_latent(self, tokens: torch.Tensor, rows: int) -> torch.Tensor:
-        """Codebook vectors [B, D, rows, grid] of a band of token rows (as the decoder uses them)."""
+        """Codebook vectors [B, D, rows, grid] of a band of token rows (as the decoder uses them).
+
+        Contiguous, as transformers' get_codebook_entry makes it: the permuted view has channels-last
+        strides, for which the CPU convolutions pick other kernels that sum in another order (decoded
+        pixels then differ from transformers' by 1e-5 to 3e-5, depending on threads and CPU)."""
         cb = self.codebook()
-        return cb[tokens.reshape(-1, rows, self.grid).long().to(cb.device)].permute(0, 3, 1, 2)
+        return cb[tokens.reshape(-1, rows, self.grid).long().to(cb.device)].permute(0, 3, 1, 2).contiguous()
 
     def decode_rows(self, tokens: torch.Tensor, rows: int) -> torch.Tensor:
         """Images [B, 3, rows*ds, grid*ds] in [0, 1] of a band of `rows` token rows (any band, not only the top)."""

@@ -211,7 +211,17 @@ def test_decode_matches_transformers(target):
         theirs = target.hf.decode_image_tokens(tokens).permute(0, 3, 1, 2)
         band = target.decode_rows(tokens[:, GRID:3 * GRID], 2)
     assert ours.shape == (2, 3, target.image_size, target.image_size)
-    assert torch.allclose(ours, ((theirs + 1) / 2).clamp(0, 1), atol=1e-5)
+    # Same decoder modules on the same latent in the same memory layout, hence the same CPU kernels: the
+    # pixels agree to the last bit (0.0 measured with transformers 5.20.0 and 5.25.0, 1 and 2 threads).
+    # The layout is what drifted: our latent was a permuted view with channels-last strides, while
+    # transformers' get_codebook_entry makes it contiguous (in 4.57.6, 5.10.4, 5.20.0, 5.24.0, 5.25.0
+    # alike), and the convolutions then take other kernels that sum in another order: 1.0e-5 (1 thread)
+    # to 1.5e-5 (2 threads) off here, 2.7e-5 on another CPU, whatever the transformers version.
+    # 1e-5 leaves room for a harmless reordering of float32 sums, not for that.
+    diff = (ours - ((theirs + 1) / 2).clamp(0, 1)).abs().max().item()
+    print(f"max |pixel diff| vs transformers' decode_image_tokens: {diff:.2e}")
+    assert diff <= 1e-5
+    assert target.code_latent(tokens, GRID).is_contiguous()
     assert band.shape == (2, 3, 2 * target.downsample, target.image_size)
     # codebook, latents and nearest codes agree: the codes of a latent are the tokens themselves
     lat = target.code_latent(tokens, GRID)
