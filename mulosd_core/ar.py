@@ -34,11 +34,20 @@ def decode_images(model: ImageARModel, tokens: torch.Tensor) -> torch.Tensor:
         return model.decode(tokens)
 
 
-def generate_ar(model: ImageARModel, cond, sampling: SamplingConfig, seed: int = 0,
+def model_sampling(model, sampling: Optional[SamplingConfig] = None) -> SamplingConfig:
+    """`sampling` when given, else the sampling the model was trained for (`model.default_sampling`,
+    which the loaders set from the model's card; mulosd_core.models.registry), else SamplingConfig()."""
+    if sampling is not None:
+        return sampling
+    return getattr(model, "default_sampling", None) or SamplingConfig()
+
+
+def generate_ar(model: ImageARModel, cond, sampling: Optional[SamplingConfig] = None, seed: int = 0,
                 progress: Optional[Progress] = None, decode: bool = True, mask: Optional[torch.Tensor] = None,
                 progress_every: int = 0) -> GenerationResult:
     """Sample [B, N] tokens one target call at a time; `cond` is class ids [B] or caption features."""
     t_start = time.perf_counter()
+    sampling = model_sampling(model, sampling)
     with torch.inference_mode(), cache_scope():
         rows = model.condition_rows(cond, sampling.uses_cfg, mask)
         batch = rows.rows // (2 if sampling.uses_cfg else 1)

@@ -1,6 +1,9 @@
 """The one decoding loop (SPEC section 2). Every method is a configuration of it.
 
-    generate(target, cond, sampling, method, drafter=None, seed=0)
+    generate(target, cond, sampling=None, method=None, drafter=None, seed=0)
+
+sampling=None samples as the target was trained to (its card; ar.model_sampling); method=None is the
+shipped MuLo-SD default (presets.mulo_islands).
 
 - "ar":           one token per target call (the reference sampler in ar.py).
 - "speculative":  draft -> upsample -> verify -> expand -> resample -> commit. SD, LANTERN
@@ -22,7 +25,7 @@ from typing import Callable, Optional
 import torch
 
 from . import verify
-from .ar import GenerationResult, generate_ar
+from .ar import GenerationResult, generate_ar, model_sampling
 from .memory import check_fits, out_of_memory_advice
 from .models.kv_cache import cache_scope
 from .models.protocol import ImageARModel
@@ -576,7 +579,7 @@ def _run_sjd(target: ImageARModel, cond, sampling, method: MethodConfig, seed, m
     return tokens, codes
 
 
-def generate(target: ImageARModel, cond, sampling: SamplingConfig, method: MethodConfig,
+def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = None, method: Optional[MethodConfig] = None,
              drafter: Optional[ImageARModel] = None, seed: int = 0, mask: Optional[torch.Tensor] = None,
              progress: Optional[Progress] = None, decode: bool = True) -> GenerationResult:
     """Run one method on a batch of conditions; returns tokens, images, statistics and acceptance maps.
@@ -585,6 +588,10 @@ def generate(target: ImageARModel, cond, sampling: SamplingConfig, method: Metho
     cache of the run is released when it ends, also when it fails or `progress` cancels it, and
     an out-of-memory error becomes a NotEnoughMemory naming the model and what to lower.
     """
+    sampling = model_sampling(target, sampling)
+    if method is None:
+        from .presets import mulo_islands  # presets imports this module
+        method = mulo_islands()
     if method.method == "speculative" and drafter is None:
         raise ValueError("the speculative method needs a drafter model")
     batch = len(cond)
