@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from ..sampling import SamplingConfig
 from .checkpoints import CheckpointError, check_and_load, read_checkpoint
 from .llamagen import LlamaGenModel
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
@@ -188,16 +189,82 @@ def read_safetensors_meta(path: str) -> tuple[list[str], dict]:
         raise CheckpointError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})") from None
 
 
+# The sampling a model was trained for travels with it (ar.model_sampling uses it when a caller passes
+# sampling=None). Where it comes from, first found wins:
+#   1. the weights file's safetensors metadata key "mulosd_sampling" (a JSON object),
+#   2. the "sampling" object of the family card, the family.json in the same folder as the weights file,
+#   3. LlamaGen's published sampling for the model's kind (the defaults of its sample_c2i.py and
+#      sample_t2i.py), for released checkpoints that carry neither.
+# Either object holds SamplingConfig fields (cfg_scale, temperature, top_k, top_p); missing ones take
+# SamplingConfig's defaults, unknown ones are an error naming the file.
+SAMPLING_META_KEY = "mulosd_sampling"
+FAMILY_CARD = "family.json"
+LLAMAGEN_SAMPLING = {"c2i": SamplingConfig(cfg_scale=4.0, temperature=1.0, top_k=2000, top_p=1.0),
+                     "t2i": SamplingConfig(cfg_scale=7.5, temperature=1.0, top_k=1000, top_p=1.0)}
+
+
+def parse_sampling(raw, where: str) -> SamplingConfig:
+    """A SamplingConfig from a card's JSON object; errors name `where` (file and key)."""
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{where}: expected an object of sampling settings, got {type(raw).__name__}")
+    fields = set(SamplingConfig.__dataclass_fields__)
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise CheckpointError(f"{where}: unknown sampling setting(s) {unknown}; expected some of {sorted(fields)}")
+    try:
+        return SamplingConfig(**raw)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: {e}") from None
+
+
+def card_sampling(gpt_path: str) -> tuple[Optional[SamplingConfig], str]:
+    """The sampling recorded for a GPT file (its metadata, then its folder's family card) and where it was
+    found, or (None, "") when neither records one."""
+    if gpt_path.endswith(".safetensors"):
+        _, meta = read_safetensors_meta(gpt_path)
+        if SAMPLING_META_KEY in meta:
+            where = f"{gpt_path} (metadata {SAMPLING_META_KEY})"
+            try:
+                raw = json.loads(meta[SAMPLING_META_KEY])
+            except json.JSONDecodeError as e:
+                raise CheckpointError(f"{where}: not JSON ({e})") from None
+            return parse_sampling(raw, where), where
+    card = os.path.join(os.path.dirname(os.path.abspath(gpt_path)), FAMILY_CARD)
+    if os.path.isfile(card):
+        try:
+            with open(card, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"{card}: the family card is not readable JSON ({e})") from None
+        if isinstance(data, dict) and "sampling" in data:
+            return parse_sampling(data["sampling"], f"{card} (key sampling)"), card
+    return None, ""
+
+
 def load_model(gpt_path: str, vq_path: str, image_size: Optional[int] = None, dtype: torch.dtype = torch.float32,
                device: str | torch.device = "cpu", name: Optional[str] = None, vq: Optional[VQModel] = None,
-               **overrides) -> LlamaGenModel:
-    """A LlamaGen model behind the protocol: GPT + VQ files and the image size to generate at."""
+               sampling: Optional[SamplingConfig] = None, **overrides) -> LlamaGenModel:
+    """A LlamaGen model behind the protocol: GPT + VQ files and the image size to generate at.
+
+    The model's `default_sampling` is `sampling` when given, else what its card records (card_sampling),
+    else LlamaGen's published sampling for its kind; `sampling_source` says which.
+    """
     size = image_size or stored_image_size(gpt_path)
     if size is None:
         raise ValueError(f"{gpt_path}: the file does not record its image size; pass image_size (e.g. 256, 384, 512)")
     gpt = load_gpt(gpt_path, dtype=dtype, device=device, **overrides)
     vq = vq if vq is not None else load_vq(vq_path, device=device)
-    return LlamaGenModel(gpt, vq, int(size), name=name or os.path.splitext(os.path.basename(gpt_path))[0])
+    model = LlamaGenModel(gpt, vq, int(size), name=name or os.path.splitext(os.path.basename(gpt_path))[0])
+    if sampling is not None:
+        model.default_sampling, model.sampling_source = sampling, "given to load_model"
+    else:
+        found, where = card_sampling(gpt_path)
+        if found is not None:
+            model.default_sampling, model.sampling_source = found, where
+        else:
+            model.default_sampling = LLAMAGEN_SAMPLING[model.model_type]
+            model.sampling_source = f"LlamaGen's published {model.model_type} sampling (no card)"
+    return model
 
 
 def load_embedded(member: str = "target", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
