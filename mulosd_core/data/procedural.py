@@ -301,12 +301,9 @@ def make_image(class_id: int, rng: np.random.Generator, size: int = 64, variatio
 def make_keyed_batch(class_ids: Sequence[int] | torch.Tensor | np.ndarray, key: Sequence[int], size: int = 64,
                      variation: str = "wide") -> torch.Tensor:
     """Render a batch where sample i uses `np.random.default_rng([*key, i])`."""
-    ids = np.asarray(class_ids.cpu() if isinstance(class_ids, torch.Tensor) else class_ids, dtype=np.int64).reshape(-1)
-    key = [int(k) for k in key]
-    out = np.empty((len(ids), 3, size, size), dtype=np.float32)
-    for i, c in enumerate(ids):
-        out[i] = make_image(int(c), np.random.default_rng([*key, i]), size, variation).transpose(2, 0, 1)
-    return torch.from_numpy(out)
+    from .families import render_keyed
+
+    return render_keyed(make_image, class_ids, key, size, variation)
 
 
 def make_batch(class_ids: Sequence[int] | torch.Tensor | np.ndarray, seed: int, size: int = 64,

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.procedural import CLASS_NAMES, NUM_CLASSES, PatternDataset, make_keyed_batch
+from ..data.families import DataFamily, data_family
+from ..data.procedural import NUM_CLASSES, PatternDataset
 from ..metrics import accuracy
 
 log = logging.getLogger(__name__)
@@ -102,16 +103,17 @@ class PatternClassifier(nn.Module):
 
 # ---------------------------------------------------------------- training
 
-def _training_batch(data: PatternDataset, preset: TrainPreset, step: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _training_batch(data: PatternDataset, preset: TrainPreset, step: int, seed: int,
+                    family: DataFamily) -> tuple[torch.Tensor, torch.Tensor]:
     """A step's batch, a pure function of (seed, step): 64 px and upsampled 32 px images, light noise."""
     n_low = round(preset.batch_size * preset.low_res_fraction)
     n_high = preset.batch_size - n_low
     labels = data.labels(preset.batch_size, step, seed)
     parts = []
     if n_high:
-        parts.append(make_keyed_batch(labels[:n_high], (seed, 0, step), 64))
+        parts.append(family.keyed_batch(labels[:n_high], (seed, 0, step), 64))
     if n_low:
-        low = make_keyed_batch(labels[n_high:], (seed, 2, step), 32)
+        low = family.keyed_batch(labels[n_high:], (seed, 2, step), 32)
         parts.append(F.interpolate(low, size=(64, 64), mode="bilinear", align_corners=False))
     images = torch.cat(parts)
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
@@ -129,14 +131,15 @@ def _lr_at(step: int, preset: TrainPreset) -> float:
 
 @torch.no_grad()
 def evaluate_classifier(model: PatternClassifier, n_per_class: int = 50, seed: int = 12345, size: int = 64,
-                        device: str | torch.device = "cpu", batch_size: int = 200) -> float:
+                        device: str | torch.device = "cpu", batch_size: int = 200, family: str = "patterns") -> float:
     """Accuracy on fresh real samples (keys (seed, 3, ...), disjoint from training keys)."""
     was_training = model.training
     model.eval()
-    labels = torch.arange(NUM_CLASSES).repeat(n_per_class)
+    fam = data_family(family)
+    labels = torch.arange(fam.num_classes).repeat(n_per_class)
     logits = []
     for k, start in enumerate(range(0, len(labels), batch_size)):
-        imgs = make_keyed_batch(labels[start:start + batch_size], (seed, 3, size, k), size)
+        imgs = fam.keyed_batch(labels[start:start + batch_size], (seed, 3, size, k), size)
         logits.append(model(imgs.to(device)).cpu())
     model.train(was_training)
     return accuracy(torch.cat(logits), labels)
@@ -172,8 +175,9 @@ def train_classifier(steps: int | None = None, batch_size: int | None = None, se
                      out_path: str | os.PathLike | None = None, resume: bool = True,
                      preset: TrainPreset | None = None,
                      config: ClassifierConfig | None = None,
-                     num_threads: int | None = None) -> tuple[PatternClassifier, dict]:
-    """Train the classifier on procedural data; optionally save safetensors + JSON card.
+                     num_threads: int | None = None, family: str = "patterns",
+                     noise_std: float | None = None) -> tuple[PatternClassifier, dict]:
+    """Train the classifier on a data family's images; optionally save safetensors + JSON card.
 
     Resumes from `out_path + ".resume.pt"` (model, optimiser, step) when present
     and `resume` is true; batches depend only on (seed, step), so a resumed run
@@ -184,7 +188,8 @@ def train_classifier(steps: int | None = None, batch_size: int | None = None, se
         previous = torch.get_num_threads()
         torch.set_num_threads(int(num_threads))
         try:
-            return train_classifier(steps, batch_size, seed, device, log_every, out_path, resume, preset, config)
+            return train_classifier(steps, batch_size, seed, device, log_every, out_path, resume, preset, config,
+                                    family=family, noise_std=noise_std)
         finally:
             torch.set_num_threads(previous)
     preset = preset or TrainPreset()
@@ -192,12 +197,15 @@ def train_classifier(steps: int | None = None, batch_size: int | None = None, se
         preset = replace(preset, steps=int(steps))
     if batch_size is not None:
         preset = replace(preset, batch_size=int(batch_size))
-    config = config or ClassifierConfig()
+    if noise_std is not None:
+        preset = replace(preset, noise_std=float(noise_std))
+    fam = data_family(family)
+    config = config or ClassifierConfig(num_classes=fam.num_classes)
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
         torch.manual_seed(seed)
         model = PatternClassifier(config).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=preset.lr, weight_decay=preset.weight_decay)
-    data = PatternDataset(size=64, seed=seed)
+    data = PatternDataset(size=64, seed=seed, classes=range(fam.num_classes))   # its labels only
 
     start, loss_value = 0, float("nan")
     resume_file = _resume_path(out_path) if out_path is not None else None
@@ -212,7 +220,7 @@ def train_classifier(steps: int | None = None, batch_size: int | None = None, se
     bar = _progress(preset.steps, start)
     model.train()
     for step in range(start, preset.steps):
-        images, labels = _training_batch(data, preset, step, seed)
+        images, labels = _training_batch(data, preset, step, seed, fam)
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, preset)
         loss = F.cross_entropy(model(images.to(device)), labels.to(device))
@@ -237,12 +245,15 @@ def train_classifier(steps: int | None = None, batch_size: int | None = None, se
         "steps": preset.steps,
         "final_loss": loss_value,
         "train_seconds": round(train_seconds, 2),
-        "accuracy_64px": evaluate_classifier(model, preset.eval_per_class, seed=seed + 1, size=64, device=device),
-        "accuracy_32px": evaluate_classifier(model, preset.eval_per_class, seed=seed + 1, size=32, device=device),
+        "accuracy_64px": evaluate_classifier(model, preset.eval_per_class, seed=seed + 1, size=64, device=device,
+                                             family=family),
+        "accuracy_32px": evaluate_classifier(model, preset.eval_per_class, seed=seed + 1, size=32, device=device,
+                                             family=family),
     }
     log.info("classifier done: %s", metrics)
     if out_path is not None:
-        save_classifier(model, out_path, card_extra={"preset": asdict(preset), "data_seed": seed, "metrics": metrics})
+        save_classifier(model, out_path, card_extra={"preset": asdict(preset), "data_seed": seed, "metrics": metrics,
+                                                     "data_family": family, "class_names": list(fam.class_names)})
         if resume_file is not None and resume_file.exists():
             resume_file.unlink()
     return model, metrics
@@ -265,13 +276,12 @@ def save_classifier(model: PatternClassifier, out_path: str | os.PathLike, card_
         "model": "mulosd pattern classifier",
         "purpose": "accuracy and Frechet distance of embedded-family samples (SPEC section 5)",
         "config": cfg,
-        "class_names": CLASS_NAMES,
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "torch_version": torch.__version__,
         "reproduce": (
             "from mulosd_core.train.classifier import train_classifier; "
             f"train_classifier(steps={preset.get('steps')}, batch_size={preset.get('batch_size')}, "
-            f"seed={extra.get('data_seed')}, out_path='{out_path.name}')"
+            f"seed={extra.get('data_seed')}, out_path='{out_path.name}', family='{extra.get('data_family', 'patterns')}')"
         ),
         **extra,
     }

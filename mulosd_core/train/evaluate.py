@@ -1,11 +1,14 @@
-"""Evaluate the embedded family and write models/embedded/metrics.json (and the model cards' metrics).
+"""Evaluate an embedded family and write its metrics.json (and the model cards' metrics).
 
     python -m mulosd_core.train.evaluate [--samples 600] [--models models/embedded]
 
-Reports VQ reconstruction PSNR, classifier accuracy on fresh real samples, and for AR
-samples of the target (64 px) and of the low-res drafter (decoded at its own 32 px):
-accuracy against the requested class, Frechet distance in classifier features to real
-samples, and the mean per-token NLL under the model that sampled them.
+The family's card (family.json beside the weights) names its data family and its sampling.
+Reports VQ reconstruction PSNR, classifier accuracy on fresh real samples (and on the same
+images resized to half size and back), and for AR samples of the target (64 px) and of the
+low-res drafter (decoded at its own 32 px): accuracy against the requested class, Frechet
+distance in classifier features to real samples, and the mean per-token NLL under the model
+that sampled them. The `statistics` section says how much the target's next-token
+distributions look like a real AR image model's (train/token_stats.py).
 """
 from __future__ import annotations
 
@@ -20,13 +23,14 @@ import numpy as np
 import torch
 
 from ..ar import generate_ar
-from ..data.procedural import GPT_VARIATION, NUM_CLASSES, make_batch
+from ..data.families import data_family
 from ..metrics import accuracy, bootstrap_ci, frechet_distance
 from ..models.registry import load_model
 from ..sampling import SamplingConfig, cfg_combine, process_logits
 from ..presets import EMBEDDED_SAMPLING
 from .classifier import load_classifier
 from .family import vq_psnr
+from .token_stats import distribution_figures, half_size, prefix_acceptance, raw_next_token_probs, swap_tokens
 
 log = logging.getLogger("mulosd.evaluate")
 EVAL_SAMPLING = EMBEDDED_SAMPLING  # the embedded family's sampling (mulosd_core.presets)
@@ -51,8 +55,9 @@ def token_nll(model, tokens: torch.Tensor, labels: torch.Tensor, sampling: Sampl
 
 @torch.no_grad()
 def sample_quality(model, classifier, labels: torch.Tensor, sampling: SamplingConfig, real_feats: np.ndarray,
-                   batch: int = 50) -> dict:
-    preds, feats, nll = [], [], []
+                   batch: int = 50) -> tuple[dict, torch.Tensor]:
+    """Quality figures of the model's AR samples for `labels` (sample i uses seed i of its batch), and their tokens."""
+    preds, feats, nll, tokens = [], [], [], []
     for i in range(0, len(labels), batch):
         lab = labels[i:i + batch]
         res = generate_ar(model, lab, sampling, seed=i)
@@ -60,35 +65,90 @@ def sample_quality(model, classifier, labels: torch.Tensor, sampling: SamplingCo
         preds.append(logits.argmax(1))
         feats.append(classifier.features(res.images))
         nll.append(token_nll(model, res.tokens, lab, sampling))
+        tokens.append(res.tokens.cpu())
     correct = (torch.cat(preds) == labels).float().numpy()
     f = torch.cat(feats).numpy()
     n = torch.cat(nll).numpy()
-    return {"accuracy": float(correct.mean()), "accuracy_ci": list(bootstrap_ci(correct)),
-            "fd": frechet_distance(f, real_feats), "nll": float(n.mean()), "nll_ci": list(bootstrap_ci(n))}
+    return ({"accuracy": float(correct.mean()), "accuracy_ci": list(bootstrap_ci(correct)),
+             "fd": frechet_distance(f, real_feats), "nll": float(n.mean()), "nll_ci": list(bootstrap_ci(n))},
+            torch.cat(tokens))
+
+
+@torch.no_grad()
+def token_statistics(target, drafter, classifier, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig,
+                     batch: int = 50, seed: int = 0) -> dict:
+    """The `statistics` section: the target's raw next-token distributions on its own samples, the
+    accuracy change when half of each sample's tokens are swapped for top-16 draws, and the
+    acceptance of perfect low-resolution drafts given the true prefix (reported, not tuned to)."""
+    gen = torch.Generator().manual_seed(seed)
+    top1, ppl, correct, swapped_correct, accept = [], [], [], [], []
+    for i in range(0, len(labels), batch):
+        tok, lab = tokens[i:i + batch], labels[i:i + batch]
+        probs = raw_next_token_probs(target, tok, lab)
+        fig = distribution_figures(probs)
+        top1.append(fig["top1"].flatten().cpu())
+        ppl.append(fig["perplexity"].flatten().cpu())
+        swapped = swap_tokens(probs, tok, 0.5, 16, gen)
+        correct.append(classifier(target.decode(tok)).argmax(1).cpu() == lab)
+        swapped_correct.append(classifier(target.decode(swapped)).argmax(1).cpu() == lab)
+        accept.append((len(lab), prefix_acceptance(target, drafter, tok, lab, sampling)))
+    top1, ppl = torch.cat(top1), torch.cat(ppl)
+    acc, acc_swapped = float(torch.cat(correct).float().mean()), float(torch.cat(swapped_correct).float().mean())
+    n = sum(w for w, _ in accept)
+    return {
+        "samples": len(labels),
+        "top1_mean": float(top1.mean()),
+        "top1_below_0_2": float((top1 < 0.2).float().mean()),
+        "top1_above_0_9": float((top1 > 0.9).float().mean()),
+        "perplexity_mean": float(ppl.mean()),
+        "redundancy_accuracy": acc,
+        "redundancy_swapped_accuracy": acc_swapped,
+        "redundancy_accuracy_drop": acc - acc_swapped,
+        "prefix_acceptance": {k: sum(w * a[k] for w, a in accept) / n for k in accept[0][1]},
+        "how": "teacher-forced on the target's AR samples: raw softmax of the conditional logits (temperature 1, no "
+               "CFG, no top-k); redundancy swaps a random 50% of tokens for draws from the top-16 there; prefix "
+               "acceptance judges the samples downsampled by r and lifted by the pixel route at the family's sampling",
+    }
+
+
+def family_card(models: str) -> dict:
+    """The family.json of a model folder (an empty card when there is none)."""
+    path = os.path.join(models, "family.json")
+    return json.load(open(path)) if os.path.exists(path) else {}
 
 
 def evaluate(models: str, samples: int, device: str = "cpu", command: str = "") -> dict:
+    card = family_card(models)
+    fam = data_family(card.get("data_family", "patterns"))
+    sampling = SamplingConfig(**card["sampling"]) if "sampling" in card else EVAL_SAMPLING
     t0 = time.perf_counter()
     target = load_model(os.path.join(models, "target.safetensors"), os.path.join(models, "vq.safetensors"), device=device)
     drafter = load_model(os.path.join(models, "drafter.safetensors"), "", device=device, vq=target.vq)
     sd = load_model(os.path.join(models, "sd_drafter.safetensors"), "", device=device, vq=target.vq)
     classifier = load_classifier(os.path.join(models, "classifier.safetensors"), device=device).eval()
     load_seconds = time.perf_counter() - t0
-    labels = torch.arange(samples) % NUM_CLASSES
+    labels = torch.arange(samples) % fam.num_classes
     with torch.no_grad():
-        real = make_batch(labels, REAL_SEED, target.image_size, GPT_VARIATION).to(device)
+        real = fam.batch(labels, REAL_SEED, target.image_size, fam.gpt_variation).to(device)
         real_logits = torch.cat([classifier(real[i:i + 100]) for i in range(0, samples, 100)])
+        half_logits = torch.cat([classifier(half_size(real[i:i + 100])) for i in range(0, samples, 100)])
         real_feats = torch.cat([classifier.features(real[i:i + 100]) for i in range(0, samples, 100)]).numpy()
     out = {
         "samples": samples,
-        "sampling": EVAL_SAMPLING.to_dict(),
+        "data_family": fam.name,
+        "sampling": sampling.to_dict(),
         "real_accuracy": accuracy(real_logits, labels),
-        "vq_psnr_db": vq_psnr(target.vq, min(samples, 240), target.image_size, device),
+        "half_size_accuracy": accuracy(half_logits, labels),
+        "vq_psnr_db": vq_psnr(target.vq, min(samples, 240), target.image_size, device, family=fam.name),
         "load_seconds": load_seconds,
     }
     log.info("real accuracy %.4f, VQ PSNR %.2f dB, load %.2fs", out["real_accuracy"], out["vq_psnr_db"], load_seconds)
     for name, model in (("target", target), ("drafter", drafter), ("sd_drafter", sd)):
-        q = sample_quality(model, classifier, labels, EVAL_SAMPLING, real_feats)
+        q, tokens = sample_quality(model, classifier, labels, sampling, real_feats)
+        if name == "target":
+            out["statistics"] = token_statistics(target, drafter, classifier, tokens, labels, sampling)
+            out["statistics"]["half_size_accuracy"] = out["half_size_accuracy"]
+            log.info("statistics: %s", {k: v for k, v in out["statistics"].items() if k != "how"})
         log.info("%s AR samples: accuracy %.4f, FD %.3f, NLL %.3f", name, q["accuracy"], q["fd"], q["nll"])
         out[f"{name}_ar_accuracy"] = q["accuracy"]
         out[f"{name}_ar"] = q

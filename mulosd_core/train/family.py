@@ -20,13 +20,13 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..data.procedural import GPT_VARIATION, NUM_CLASSES, CLASS_NAMES, make_keyed_batch
+from ..data.families import DEFAULT_FAMILY, DataFamily, data_family
 from ..imageops import resize
 from ..models.checkpoints import save_safetensors
 from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
@@ -63,6 +63,7 @@ class UpsamplerStage:
 @dataclass
 class Preset:
     name: str
+    data: str = "patterns"   # the data family (mulosd_core.data.families) every member learns
     image_size: int = 64
     vq: VQConfig = field(default_factory=lambda: VQConfig(
         codebook_size=1024, codebook_embed_dim=8, encoder_ch_mult=[1, 2, 2], decoder_ch_mult=[1, 2, 2],
@@ -82,9 +83,16 @@ class Preset:
     # Stages that depend only on the VQ and the pool, trained by a second process while this one trains the
     # others (`--jobs 2`): small models use one core far better than two threads share it.
     second_lane: tuple[str, ...] = ("classifier", "drafter", "sd_drafter")
+    # The sampling the family's GPTs are meant for: written into family.json, where the loaders read it.
+    sampling: dict = field(default_factory=lambda: {"cfg_scale": 1.0, "temperature": 1.0, "top_k": 2, "top_p": 1.0})
+    classifier_noise: float = 0.03   # the classifier's augmentation noise (TrainPreset.noise_std)
+
+    @property
+    def family(self) -> DataFamily:
+        return data_family(self.data)
 
 
-PRESETS = {
+PATTERNS_PRESETS = {
     # The default: the shipped architectures on shorter schedules and a smaller pool, so that the whole
     # family trains in under 80 minutes on the 2-core CPU (two processes, see `Preset.second_lane`).
     "cpu": Preset("cpu", vq_steps=1600, pool=24000, gpts=[
@@ -105,6 +113,37 @@ PRESETS = {
                         GPTStage("sd_drafter", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4)],
                     upsampler=UpsamplerStage(channels=8, layers=1, steps=2, batch=4)),
 }
+
+
+SCENES_SAMPLING = {"cfg_scale": 1.0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}   # plain sampling, as real models
+_SCENES_VQ = VQConfig(codebook_size=1024, codebook_embed_dim=8, encoder_ch_mult=[1, 2, 2], decoder_ch_mult=[1, 2, 2],
+                      z_channels=32, ch=16, num_res_blocks=1, norm_groups=8)
+SCENES_PRESETS = {
+    # The default: fits about an hour on the 2-core CPU. The target is deeper than the drafters (8 layers
+    # against 3 and 2) so that, as with the real pair, a target call is the expensive one.
+    "cpu": Preset("cpu", data="scenes", vq=_SCENES_VQ, vq_steps=1600, pool=24000, sampling=SCENES_SAMPLING,
+                  classifier_steps=500, classifier_noise=0.06, gpts=[
+                      GPTStage("target", grid=16, dim=128, n_layer=8, n_head=4, steps=2000, batch=16),
+                      GPTStage("drafter", grid=8, dim=96, n_layer=3, n_head=4, steps=5000, batch=32, pool=48000),
+                      GPTStage("sd_drafter", grid=16, dim=64, n_layer=2, n_head=2, steps=1200, batch=16)],
+                  upsampler=UpsamplerStage(steps=1000)),
+    "gpu": Preset("gpu", data="scenes", vq=_SCENES_VQ, vq_steps=6000, vq_batch=64, pool=100000, sampling=SCENES_SAMPLING,
+                  classifier_noise=0.06, gpts=[
+                      GPTStage("target", grid=16, dim=192, n_layer=8, n_head=6, steps=8000, batch=64),
+                      GPTStage("drafter", grid=8, dim=128, n_layer=4, n_head=4, steps=6000, batch=64),
+                      GPTStage("sd_drafter", grid=16, dim=64, n_layer=2, n_head=2, steps=4000, batch=64)]),
+    "smoke": replace(PATTERNS_PRESETS["smoke"], data="scenes", sampling=SCENES_SAMPLING),
+}
+PRESETS: dict[str, dict[str, Preset]] = {"scenes": SCENES_PRESETS, "patterns": PATTERNS_PRESETS}
+
+
+def get_preset(family: str, preset: str) -> Preset:
+    if family not in PRESETS:
+        raise ValueError(f"--family: unknown family {family!r}; expected one of {sorted(PRESETS)}")
+    if preset not in PRESETS[family]:
+        raise ValueError(f"--preset: unknown preset {preset!r} for family {family!r}; expected one of "
+                         f"{sorted(PRESETS[family])}")
+    return PRESETS[family][preset]
 
 
 class Progress:
@@ -160,9 +199,9 @@ def _command() -> str:
     return os.environ.get(COMMAND_ENV) or "python -m mulosd_core.train.family " + " ".join(sys.argv[1:])
 
 
-def _labels(n: int, step: int, seed: int) -> torch.Tensor:
+def _labels(n: int, step: int, seed: int, num_classes: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    return torch.randint(0, NUM_CLASSES, (n,), generator=g)
+    return torch.randint(0, num_classes, (n,), generator=g)
 
 
 # --------------------------------------------------------------------------------------- VQ
@@ -211,8 +250,8 @@ def ema_codebook_update(vq: VQModel, idx: torch.Tensor, zn: torch.Tensor, state:
 def kmeans_codebook_init(vq: VQModel, p: Preset, device: str, iters: int = 15) -> None:
     """Spherical k-means of warmed-up encoder outputs: every code starts where data lives."""
     half = p.image_size // 2
-    labels = torch.arange(256) % NUM_CLASSES
-    images = make_keyed_batch(labels, (DATA_SEED, 3), p.image_size).to(device)
+    labels = torch.arange(256) % p.family.num_classes
+    images = p.family.keyed_batch(labels, (DATA_SEED, 3), p.image_size).to(device)
     lat = [vq.encode_latent(images), vq.encode_latent(resize(images, half, "area"))]
     x = torch.cat([F.normalize(z, dim=1).permute(0, 2, 3, 1).reshape(-1, z.shape[1]) for z in lat])
     n = vq.quantize.embedding.weight.shape[0]
@@ -244,8 +283,8 @@ def train_vq(p: Preset, out: Path, work: Path, device: str) -> VQModel:
             g["lr"] = cosine_lr(step, p.vq_steps, p.vq_lr)
         if step == warm and warm > 0 and not ema:
             kmeans_codebook_init(vq, p, device)
-        labels = _labels(p.vq_batch, step, DATA_SEED)
-        images = make_keyed_batch(labels, (DATA_SEED, 1, step), p.image_size).to(device)
+        labels = _labels(p.vq_batch, step, DATA_SEED, p.family.num_classes)
+        images = p.family.keyed_batch(labels, (DATA_SEED, 1, step), p.image_size).to(device)
         half = p.image_size // 2
         if step % 2:  # the tokenizer also sees the drafter's resolution (downsampled target images)
             images = resize(images, half, "area")
@@ -270,7 +309,7 @@ def train_vq(p: Preset, out: Path, work: Path, device: str) -> VQModel:
             _save_resume(work, "vq", vq, opt, step + 1, dict(ema))
     vq.eval()
     used = int((ema["n"] > 1e-2).sum()) if ema else 0
-    psnr = vq_psnr(vq, 240, p.image_size, device)
+    psnr = vq_psnr(vq, 240, p.image_size, device, family=p.data)
     meta = {"mulosd_config": vq.config.to_dict(), "kind": "vq"}
     save_safetensors(vq.state_dict(), str(out / "vq.safetensors"), meta)
     _write_card(out, "vq", {"kind": "vq", "config": vq.config.to_dict(), "steps": p.vq_steps, "data_seed": DATA_SEED,
@@ -281,9 +320,10 @@ def train_vq(p: Preset, out: Path, work: Path, device: str) -> VQModel:
 
 
 @torch.no_grad()
-def vq_psnr(vq: VQModel, n: int, size: int, device: str, seed: int = 777) -> float:
-    labels = torch.arange(n) % NUM_CLASSES
-    images = make_keyed_batch(labels, (seed,), size).to(device)
+def vq_psnr(vq: VQModel, n: int, size: int, device: str, seed: int = 777, family: str = "patterns") -> float:
+    fam = data_family(family)
+    labels = torch.arange(n) % fam.num_classes
+    images = fam.keyed_batch(labels, (seed,), size).to(device)
     g = size // vq.downsample
     rec = vq.decode(vq.encode(images), g, g)
     mse = F.mse_loss(rec, images, reduction="none").flatten(1).mean(1)
@@ -295,24 +335,24 @@ def _pool_images(labels: torch.Tensor, start: int, p: Preset, device: str):
     """The GPT pools' keyed image stream from image `start` on, 256 at a time: image i is the same
     whichever pool asks for it, so an extended pool begins with the shared one."""
     for i in range(start, len(labels), 256):
-        yield i, make_keyed_batch(labels[i:i + 256], (DATA_SEED, 2, i), p.image_size, GPT_VARIATION).to(device)
+        yield i, p.family.keyed_batch(labels[i:i + 256], (DATA_SEED, 2, i), p.image_size, p.family.gpt_variation).to(device)
 
 
 @torch.no_grad()
 def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, torch.Tensor]:
     """Encode a fixed, class-balanced image pool once at both grids; shared by every GPT stage.
 
-    The GPTs learn the grid-aligned variation of the data (`GPT_VARIATION`); the tokenizer
-    and the classifier were trained on the wider one that contains it.
+    The GPTs learn the data family's GPT variation (for patterns the grid-aligned one); the
+    tokenizer and the classifier were trained on the wider one that contains it.
     """
     path = work / "token_pool.pt"
-    meta = {"variation": GPT_VARIATION, "pool": p.pool, "image_size": p.image_size, "codebook_size": p.vq.codebook_size}
+    meta = {"data": p.data, "variation": p.family.gpt_variation, "pool": p.pool, "image_size": p.image_size, "codebook_size": p.vq.codebook_size}
     if path.exists():
         pool = torch.load(path, map_location="cpu", weights_only=True)
         if pool.get("meta") == meta:
             return pool
         log.info("[pool] %s was built for %s, not %s: encoding it again", path, pool.get("meta"), meta)
-    labels = torch.arange(p.pool) % NUM_CLASSES
+    labels = torch.arange(p.pool) % p.family.num_classes
     full, low = [], []
     for i, images in _pool_images(labels, 0, p, device):
         full.append(vq.encode(images).cpu())
@@ -341,7 +381,7 @@ def extended_low_pool(vq: VQModel, p: Preset, pool: dict[str, torch.Tensor], siz
         ext = torch.load(path, map_location="cpu", weights_only=True)
         if ext.get("meta") == meta:
             return ext
-    labels = torch.arange(size) % NUM_CLASSES
+    labels = torch.arange(size) % p.family.num_classes
     low = [pool["low"]]
     for i, images in _pool_images(labels, p.pool, p, device):
         low.append(vq.encode(resize(images, p.image_size // 2, "area")).cpu().to(torch.int16))
@@ -354,7 +394,7 @@ def extended_low_pool(vq: VQModel, p: Preset, pool: dict[str, torch.Tensor], siz
 
 def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Path, work: Path, device: str) -> LlamaGenGPT:
     cfg = GPTConfig(dim=stage.dim, n_layer=stage.n_layer, n_head=stage.n_head, vocab_size=p.vq.codebook_size,
-                    num_classes=NUM_CLASSES, multiple_of=32, name=f"embedded-{stage.name}")
+                    num_classes=p.family.num_classes, multiple_of=32, name=f"embedded-{stage.name}")
     torch.manual_seed(DATA_SEED)
     model = LlamaGenGPT(cfg)
     for m in model.modules():
@@ -373,7 +413,7 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
         idx = torch.randint(0, tokens.shape[0], (stage.batch,), generator=gen)
         x = tokens[idx].long().to(device)
         y = pool["labels"][idx].clone()
-        y[torch.rand(stage.batch, generator=gen) < cfg.class_dropout_prob] = NUM_CLASSES  # CFG's null class
+        y[torch.rand(stage.batch, generator=gen) < cfg.class_dropout_prob] = cfg.num_classes  # CFG's null class
         logits = model(x, y.to(device), stage.grid)
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), x.reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -389,7 +429,7 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
     save_safetensors({k: v.half() for k, v in model.state_dict().items()}, str(out / f"{stage.name}.safetensors"), meta)
     _write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
                                   "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema, "data_seed": DATA_SEED,
-                                  "data_variation": GPT_VARIATION, "pool_images": int(tokens.shape[0]),
+                                  "data_family": p.data, "data_variation": p.family.gpt_variation, "pool_images": int(tokens.shape[0]),
                                   "params": sum(t.numel() for t in model.parameters()), "reproduce": _command()})
     return model
 
@@ -403,13 +443,13 @@ def stage_names(p: Preset) -> list[str]:
     return ["classifier"] + [s.name for s in p.gpts] + ["upsampler"]
 
 
-def _start_second_lane(preset: str, names: list[str], out: Path, work: Path, device: str,
+def _start_second_lane(family: str, preset: str, names: list[str], out: Path, work: Path, device: str,
                        threads: int) -> subprocess.Popen:
     """The same command for `names` only, in a child process that logs to the same terminal."""
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, COMMAND_ENV: _command(),
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "mulosd_core.train.family", "--preset", preset, "--out", str(out), "--work", str(work),
+    cmd = [sys.executable, "-m", "mulosd_core.train.family", "--family", family, "--preset", preset, "--out", str(out), "--work", str(work),
            "--device", device, "--threads", str(threads), "--jobs", "1", "--stages", ",".join(names)]
     log.info("second process trains %s (%d thread%s)", ", ".join(names), threads, "s"[:threads != 1])
     return subprocess.Popen(cmd, env=env)
@@ -421,7 +461,8 @@ def _train_members(names: list[str], p: Preset, vq: VQModel, out: Path, work: Pa
     from .classifier import train_classifier
 
     if "classifier" in names and not _done(out, "classifier"):
-        train_classifier(steps=p.classifier_steps, seed=DATA_SEED, device=device, out_path=str(out / "classifier.safetensors"))
+        train_classifier(steps=p.classifier_steps, seed=DATA_SEED, device=device, out_path=str(out / "classifier.safetensors"),
+                         family=p.data, noise_std=p.classifier_noise)
         log.info("classifier ready after %.0fs", time.perf_counter() - t0)
     for stage in p.gpts:
         if _done(out, stage.name) or stage.name not in names:
@@ -446,7 +487,7 @@ def _train_members(names: list[str], p: Preset, vq: VQModel, out: Path, work: Pa
 
 
 def train_family(preset: str, out: str, work: str, device: str, stages: list[str] | None = None,
-                 jobs: int = 1) -> None:
+                 jobs: int = 1, family: str = DEFAULT_FAMILY) -> None:
     """Train every missing member in order.
 
     `stages` limits the run to some members (the VQ is trained first whenever it is missing).
@@ -455,11 +496,9 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
     """
     from ..models.registry import load_vq
 
-    if preset not in PRESETS:
-        raise ValueError(f"--preset: unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
+    p = get_preset(family, preset)
     if jobs not in (1, 2):
         raise ValueError(f"--jobs: expected 1 or 2 processes, got {jobs}")
-    p = PRESETS[preset]
     names = stage_names(p)
     unknown = set(stages or ()) - set(names)
     if unknown:
@@ -467,10 +506,12 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
     wanted = [n for n in names if not stages or n in stages]
     out_p, work_p = Path(out), Path(work)
     card = out_p / "family.json"
-    held = json.loads(card.read_text()).get("preset") if card.exists() else preset
-    if held != preset:
-        raise ValueError(f"--out: {out} holds a family trained with preset {held!r}, not {preset!r}; "
-                         f"choose another --out (or that --preset) so the two are not mixed")
+    held = json.loads(card.read_text()) if card.exists() else {"preset": preset, "data_family": family}
+    held_family = held.get("data_family", "patterns")
+    if (held_family, held.get("preset")) != (family, preset):
+        raise ValueError(f"--out: {out} holds a family trained with preset {held.get('preset')!r} on {held_family!r}, "
+                         f"not {preset!r} on {family!r}; choose another --out (or that --family/--preset) so the two "
+                         f"are not mixed")
     out_p.mkdir(parents=True, exist_ok=True)
     work_p.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -483,7 +524,7 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
         pool = token_pool(vq, p, work_p, device)   # encoded once, before the child reads it
         threads = torch.get_num_threads()
         lane = max(1, threads // 2)
-        child = _start_second_lane(preset, second, out_p, work_p, device, lane)
+        child = _start_second_lane(family, preset, second, out_p, work_p, device, lane)
         try:
             torch.set_num_threads(lane)
             pool = _train_members(alongside, p, vq, out_p, work_p, device, t0, pool)
@@ -501,8 +542,8 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
     if card.exists() or not all(_done(out_p, n) for n in ["vq", *names]):
         return   # the card is written once, by the run that completes the family
     card.write_text(json.dumps({
-        "preset": preset, "classes": CLASS_NAMES, "image_size": p.image_size, "vq_downsample": p.vq.downsample,
-        "gpt_data_variation": GPT_VARIATION,
+        "preset": preset, "data_family": family, "classes": list(p.family.class_names), "image_size": p.image_size,
+        "vq_downsample": p.vq.downsample, "gpt_data_variation": p.family.gpt_variation, "sampling": p.sampling,
         "members": {"vq": "vq.safetensors", "classifier": "classifier.safetensors",
                     **{s.name: f"{s.name}.safetensors" for s in p.gpts}, "upsampler": "upsampler.safetensors"},
         "reproduce": _command()}, indent=2))
@@ -511,7 +552,9 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    ap.add_argument("--family", default=DEFAULT_FAMILY, help=f"data family: one of {sorted(PRESETS)}")
+    ap.add_argument("--preset", default="cpu", help="training preset of that family (cpu, gpu, smoke; patterns also "
+                                                     "has cpu-full, its shipped recipe)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--out", default="outputs/family", help="where the family goes (models/embedded holds the shipped one)")
     ap.add_argument("--work", default="outputs/train", help="resume state and the encoded token pool")
@@ -524,7 +567,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     stages = [s for s in args.stages.split(",") if s]
-    train_family(args.preset, args.out, args.work, args.device, stages or None, args.jobs)
+    train_family(args.preset, args.out, args.work, args.device, stages or None, args.jobs, args.family)
 
 
 if __name__ == "__main__":

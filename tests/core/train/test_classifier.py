@@ -49,10 +49,10 @@ def test_resume_matches_uninterrupted_run(tmp_path, monkeypatch):
     out = tmp_path / "c.safetensors"
     real_batch = classifier._training_batch
 
-    def crash_at_step_3(data, preset, step, seed):
+    def crash_at_step_3(data, preset, step, seed, family):
         if step == 3:
             raise KeyboardInterrupt
-        return real_batch(data, preset, step, seed)
+        return real_batch(data, preset, step, seed, family)
 
     monkeypatch.setattr(classifier, "_training_batch", crash_at_step_3)
     with pytest.raises(KeyboardInterrupt):

@@ -19,40 +19,52 @@ from mulosd_core.train import family
 GPT_MEMBERS = ("target", "drafter", "sd_drafter")
 
 
-def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path):
+SMOKE = family.PRESETS["scenes"]["smoke"]
+
+
+@pytest.mark.parametrize("data", ["scenes", "patterns"])
+def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path, data):
     out, work = tmp_path / "out", tmp_path / "work"
-    family.main(["--preset", "smoke", "--out", str(out), "--work", str(work), "--threads", "1"])
+    family.main(["--family", data, "--preset", "smoke", "--out", str(out), "--work", str(work), "--threads", "1"])
+    smoke = family.PRESETS[data]["smoke"]
     vq = load_vq(str(out / "vq.safetensors"))
-    assert vq.config.codebook_size == family.PRESETS["smoke"].vq.codebook_size
-    for stage in family.PRESETS["smoke"].gpts:
+    assert vq.config.codebook_size == smoke.vq.codebook_size
+    for stage in smoke.gpts:
         model = load_model(str(out / f"{stage.name}.safetensors"), str(out / "vq.safetensors"))
         assert model.grid == stage.grid and model.num_classes == NUM_CLASSES
         card = json.loads((out / f"{stage.name}.json").read_text())
         assert card["steps"] == stage.steps and card["config"]["dim"] == stage.dim
-        assert card["pool_images"] == (stage.pool or family.PRESETS["smoke"].pool)   # the drafter's is extended
+        assert card["pool_images"] == (stage.pool or smoke.pool)   # the drafter's is extended
+        assert card["data_family"] == data
     net = load_latent_upsampler(str(out / "upsampler.safetensors"))
     card = json.loads((out / "upsampler.json").read_text())
-    assert net.config.to_dict() == card["config"] and card["steps"] == family.PRESETS["smoke"].upsampler.steps
+    assert net.config.to_dict() == card["config"] and card["steps"] == smoke.upsampler.steps
     assert net.codebook_id == card["codebook_id"] == load_model(str(out / "target.safetensors"), "", vq=vq).codebook_id()
     assert {"learned_token_match", "pixel_token_match", "nearest_token_match"} <= set(card["metrics"])
     # the second process (--jobs 2 is the default) trained its lane and recorded the user's command, not its own
-    for name in family.PRESETS["smoke"].second_lane:
+    for name in smoke.second_lane:
         assert "--stages" not in json.loads((out / f"{name}.json").read_text()).get("reproduce", "--preset smoke")
     fam = json.loads((out / "family.json").read_text())
-    assert fam["gpt_data_variation"] == "aligned" and set(fam["members"]) >= {"vq", "classifier", "upsampler", *GPT_MEMBERS}
+    assert fam["data_family"] == data and fam["sampling"] == smoke.sampling
+    assert fam["gpt_data_variation"] == {"scenes": "natural", "patterns": "aligned"}[data]
+    assert set(fam["members"]) >= {"vq", "classifier", "upsampler", *GPT_MEMBERS}
+    assert json.loads((out / "classifier.json").read_text())["data_family"] == data
     # a second run finds every member done and trains nothing
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
-    family.main(["--preset", "smoke", "--out", str(out), "--work", str(work), "--threads", "1"])
+    family.main(["--family", data, "--preset", "smoke", "--out", str(out), "--work", str(work), "--threads", "1"])
     assert before == {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
     # another preset into the same folder would mix two families: refused before anything is touched
-    with pytest.raises(ValueError, match="holds a family trained with preset 'smoke', not 'cpu'"):
-        family.main(["--preset", "cpu", "--out", str(out), "--work", str(work)])
+    with pytest.raises(ValueError, match=f"holds a family trained with preset 'smoke' on '{data}', not 'cpu'"):
+        family.main(["--family", data, "--preset", "cpu", "--out", str(out), "--work", str(work)])
+    other = {"scenes": "patterns", "patterns": "scenes"}[data]   # nor another data family
+    with pytest.raises(ValueError, match=f"not 'smoke' on '{other}'"):
+        family.main(["--family", other, "--preset", "smoke", "--out", str(out), "--work", str(work)])
     assert before == {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
 
 
 def test_a_stale_token_pool_is_encoded_again(tmp_path):
     """A pool left in the work folder by another preset or data variation must not train the GPTs."""
-    p = family.PRESETS["smoke"]
+    p = SMOKE
     vq = load_vq(os.path.join(EMBEDDED_DIR, "vq.safetensors"))
     stale = {"labels": torch.zeros(3, dtype=torch.long), "full": torch.zeros(3, 256, dtype=torch.int16),
              "low": torch.zeros(3, 64, dtype=torch.int16)}
@@ -64,7 +76,7 @@ def test_a_stale_token_pool_is_encoded_again(tmp_path):
 
 def test_the_drafter_pool_extends_the_shared_one(tmp_path):
     """Its first images are the shared pool's, the rest new ones of the same keyed stream; built once."""
-    p = family.PRESETS["smoke"]
+    p = SMOKE
     vq = load_vq(os.path.join(EMBEDDED_DIR, "vq.safetensors"))
     shared = family.token_pool(vq, p, tmp_path, "cpu")
     ext = family.extended_low_pool(vq, p, shared, p.pool + 300, tmp_path, "cpu")
@@ -81,9 +93,8 @@ def test_the_drafter_pool_extends_the_shared_one(tmp_path):
 def test_only_a_low_grid_stage_can_have_its_own_pool(tmp_path, monkeypatch):
     import dataclasses
 
-    smoke = family.PRESETS["smoke"]
-    bad = dataclasses.replace(smoke, gpts=[dataclasses.replace(smoke.gpts[0], pool=64)])
-    monkeypatch.setitem(family.PRESETS, "smoke", bad)
+    bad = dataclasses.replace(SMOKE, gpts=[dataclasses.replace(SMOKE.gpts[0], pool=64)])
+    monkeypatch.setitem(family.PRESETS["scenes"], "smoke", bad)
     with pytest.raises(ValueError, match="stage target: only a low-grid stage can have a pool of its own"):
         family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", ["target"])
 
@@ -108,8 +119,12 @@ def test_a_failed_second_process_stops_the_run_with_a_clear_error(tmp_path, monk
 def test_bad_jobs_and_preset_are_refused(tmp_path):
     with pytest.raises(ValueError, match="--jobs: expected 1 or 2 processes, got 3"):
         family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", jobs=3)
-    with pytest.raises(ValueError, match="--preset: unknown preset 'cpu-tiny'"):
+    with pytest.raises(ValueError, match="--preset: unknown preset 'cpu-tiny' for family 'scenes'"):
         family.train_family("cpu-tiny", str(tmp_path / "o"), str(tmp_path / "w"), "cpu")
+    with pytest.raises(ValueError, match="--preset: unknown preset 'cpu-full' for family 'scenes'"):
+        family.train_family("cpu-full", str(tmp_path / "o"), str(tmp_path / "w"), "cpu")   # a patterns preset
+    with pytest.raises(ValueError, match="--family: unknown family 'faces'"):
+        family.train_family("cpu", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", family="faces")
 
 
 def test_unknown_stage_is_refused(tmp_path):
