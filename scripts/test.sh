@@ -7,9 +7,13 @@
 # (paths, -k, -x ...; with options only, pyproject's testpaths = tests applies).
 # MULOSD_SKIP_INTEGRATION=1 skips the ComfyUI/Chromium setup and tests/integration
 # (a quick local loop; CI never sets it). pytest's "no tests ran" (exit 5) fails.
+# Dependencies: the versions constraints.txt pins (default; CI), or with MULOSD_LATEST_DEPS=1 the
+# newest releases, in a venv of their own (scripts/setup_env.sh), to find upstream drift first.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
+source scripts/common.sh
+echo "[test.sh] dependencies: $(mulosd_mode) ($( [ "$(mulosd_mode)" = latest ] && echo 'newest releases, MULOSD_LATEST_DEPS=1' || echo 'constraints.txt'))" >&2
 
 phase_start=0
 begin() { phase_start=$(date +%s); echo "[test.sh] $1 ..." >&2; }
