@@ -16,21 +16,52 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 from .data.procedural import CLASS_NAMES, NUM_CLASSES
-from .engine import generate
+from .engine import MAP_COLOURS, generate
 from .models.registry import load_embedded
 from .presets import EMBEDDED_SAMPLING, method_presets
 
 DEMO_SAMPLING = EMBEDDED_SAMPLING  # the embedded family's sampling (mulosd_core.presets)
 
 
-def to_grid(images: torch.Tensor, size: int) -> np.ndarray:
-    """[B, 3, h, w] in [0, 1] -> one uint8 row image, each tile resized (nearest) to size x size."""
+GAP = 4          # pixels between the tiles of a row (and twice that between rows)
+PAPER = 255      # the separators' and the legend's background: white
+# acceptance-map codes in the engine's order (engine.MAP_COLOURS, ACCEPTED, REJECTED, NEIGHBOUR, TARGET)
+MAP_LEGEND = ("accepted draft", "rejected draft", "resampled neighbour", "target only")
+
+
+def to_grid(images: torch.Tensor, size: int, gap: int = 0) -> np.ndarray:
+    """[B, 3, h, w] in [0, 1] -> one uint8 row image, each tile resized (nearest) to size x size, tiles
+    `gap` white pixels apart."""
     tiles = F.interpolate(images.float().cpu(), size=(size, size), mode="nearest")
-    row = torch.cat(list(tiles), dim=2)
-    return (row.permute(1, 2, 0).clamp(0, 1).numpy() * 255).round().astype(np.uint8)
+    tiles = (tiles.permute(0, 2, 3, 1).clamp(0, 1).numpy() * 255).round().astype(np.uint8)
+    sep = np.full((size, gap, 3), PAPER, np.uint8)
+    parts = [p for tile in tiles for p in (sep, tile)][1:] if gap else list(tiles)
+    return np.concatenate(parts, 1)
+
+
+def map_legend(width: int) -> np.ndarray:
+    """A white strip naming the acceptance-map colours (a swatch and a label each)."""
+    font = ImageFont.load_default()
+    height = 24
+    img = Image.new("RGB", (width, height), (PAPER,) * 3)
+    draw = ImageDraw.Draw(img)
+    x = GAP * 2
+    for colour, label in zip(MAP_COLOURS.tolist(), MAP_LEGEND):
+        draw.rectangle([x, 6, x + 11, 17], fill=tuple(round(c * 255) for c in colour), outline=(0, 0, 0))
+        draw.text((x + 16, 6), label, fill=(0, 0, 0), font=font)
+        x += 16 + round(draw.textlength(label, font=font)) + 14
+    return np.asarray(img)
+
+
+def side_by_side(rows: list[np.ndarray]) -> np.ndarray:
+    """Rows of equal width stacked with white bands between them, the map legend below."""
+    width = rows[0].shape[1]
+    band = np.full((2 * GAP, width, 3), PAPER, np.uint8)
+    parts = [p for row in rows for p in (band, row)][1:]
+    return np.concatenate(parts + [band, map_legend(width)], 0)
 
 
 def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu") -> dict:
@@ -55,11 +86,11 @@ def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu") -
                              target_calls=calls / len(classes), drafter_calls=dcalls / len(classes))
     os.makedirs(out, exist_ok=True)
     size = target.image_size * 2
-    rows = {"ar": to_grid(results["ar"]["images"], size), "mulo": to_grid(results["mulo_islands"]["images"], size),
-            "maps": to_grid(results["mulo_islands"]["maps"], size)}
+    rows = {"ar": to_grid(results["ar"]["images"], size, GAP), "mulo": to_grid(results["mulo_islands"]["images"], size, GAP),
+            "maps": to_grid(results["mulo_islands"]["maps"], size, GAP)}
     for k, v in rows.items():
         Image.fromarray(v).save(os.path.join(out, f"{k}.png"))
-    Image.fromarray(np.concatenate([rows["ar"], rows["mulo"], rows["maps"]], 0)).save(os.path.join(out, "side_by_side.png"))
+    Image.fromarray(side_by_side([rows["ar"], rows["mulo"], rows["maps"]])).save(os.path.join(out, "side_by_side.png"))
     ar, mu = results["ar"], results["mulo_islands"]
     return {"classes": [CLASS_NAMES[c] for c in classes], "ar_seconds": ar["seconds"], "mulo_seconds": mu["seconds"],
             "wall_ratio": ar["seconds"] / mu["seconds"], "ar_target_calls": ar["target_calls"],
