@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .cancel import Check, interruptible
 from .models.kv_cache import cache_scope
 from .models.protocol import ImageARModel
 from .sampling import SamplingConfig, Streams, cfg_combine, process_logits, sample_tokens
@@ -44,10 +45,13 @@ def model_sampling(model, sampling: Optional[SamplingConfig] = None) -> Sampling
 
 def generate_ar(model: ImageARModel, cond, sampling: Optional[SamplingConfig] = None, seed: int = 0,
                 progress: Optional[Progress] = None, decode: bool = True, mask: Optional[torch.Tensor] = None,
-                progress_every: int = 0) -> GenerationResult:
-    """Sample [B, N] tokens one target call at a time; `cond` is class ids [B] or caption features."""
+                progress_every: int = 0, interrupt: Optional[Check] = None) -> GenerationResult:
+    """Sample [B, N] tokens one target call at a time; `cond` is class ids [B] or caption features.
+
+    `interrupt()` is called before every model call and raises to cancel (mulosd_core.cancel)."""
     t_start = time.perf_counter()
     sampling = model_sampling(model, sampling)
+    model = interruptible(model, interrupt)
     with torch.inference_mode(), cache_scope():
         rows = model.condition_rows(cond, sampling.uses_cfg, mask)
         batch = rows.rows // (2 if sampling.uses_cfg else 1)

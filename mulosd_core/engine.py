@@ -26,6 +26,7 @@ import torch
 
 from . import verify
 from .ar import GenerationResult, generate_ar, model_sampling
+from .cancel import Check, check_now, interruptible
 from .memory import check_fits, out_of_memory_advice
 from .models.kv_cache import cache_scope
 from .models.protocol import ImageARModel
@@ -313,6 +314,8 @@ class _Speculative:
                     low, _ = self._draft_sequential(ctx.shape[1], rows * Wq, logits)
                 q = None
         if r > 1:
+            if self.m.upsampler.kind == "learned":
+                check_now(self.t)   # a network of its own, not one of the models' calls
             with self.stats.timer("upsample"):
                 up = upsample_rows(self.m.upsampler, self.d, self.t, low, rows, ctx)
             chunk0 = row0 * r * W
@@ -579,14 +582,36 @@ def _run_sjd(target: ImageARModel, cond, sampling, method: MethodConfig, seed, m
     return tokens, codes
 
 
+def call_sizes(method: MethodConfig, target: ImageARModel, drafter: Optional[ImageARModel] = None) -> tuple[int, int]:
+    """The most positions one target call and one drafter call of this method compute (for the memory
+    estimate before a run): AR one token, ZipAR one per row, SJD its window, a speculative step its chunk
+    plus a row of stale or bonus positions. A low-resolution drafter may re-read its whole context (the
+    committed rows are re-encoded each step), a same-resolution one at most the last chunk."""
+    W, N = target.grid, target.num_tokens
+    if method.method == "ar":
+        return 1, 0
+    if method.method == "zipar":
+        return W, 0
+    if method.method == "sjd":
+        return min(N, method.sjd_window), 0
+    r = max(1, W // drafter.grid) if drafter is not None else 1
+    if r > 1:
+        return min(N, (method.rows_per_step * r + 1) * W + 1), drafter.num_tokens
+    chunk = min(N, (method.draft_len or method.rows_per_step * W) + W + 1)
+    return chunk, chunk
+
+
 def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = None, method: Optional[MethodConfig] = None,
              drafter: Optional[ImageARModel] = None, seed: int = 0, mask: Optional[torch.Tensor] = None,
-             progress: Optional[Progress] = None, decode: bool = True) -> GenerationResult:
+             progress: Optional[Progress] = None, decode: bool = True,
+             interrupt: Optional[Check] = None) -> GenerationResult:
     """Run one method on a batch of conditions; returns tokens, images, statistics and acceptance maps.
 
     Before anything runs, the memory the run needs is checked against what is free; every KV
-    cache of the run is released when it ends, also when it fails or `progress` cancels it, and
-    an out-of-memory error becomes a NotEnoughMemory naming the model and what to lower.
+    cache of the run is released when it ends, also when it fails or is cancelled, and an
+    out-of-memory error becomes a NotEnoughMemory naming the model and what to lower.
+    `interrupt()` is called before every model call (target, drafter, VQ encode/decode) and raises
+    to cancel the run (mulosd_core.cancel); `progress` is called after every decoding step.
     """
     sampling = model_sampling(target, sampling)
     if method is None:
@@ -596,12 +621,14 @@ def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = No
         raise ValueError("the speculative method needs a drafter model")
     batch = len(cond)
     used_drafter = drafter if method.method == "speculative" else None
-    check_fits(batch, sampling.uses_cfg, target, used_drafter)
+    target_chunk, drafter_chunk = call_sizes(method, target, used_drafter)
+    check_fits(batch, sampling.uses_cfg, target, used_drafter, target_chunk=target_chunk, drafter_chunk=drafter_chunk)
     gpus = sorted({m.device for m in (target, used_drafter) if m is not None and m.device.type == "cuda"}, key=str)
     for dev in gpus:
         torch.cuda.reset_peak_memory_stats(dev)
     with cache_scope() as caches, out_of_memory_advice(target, batch):
-        res = _generate(target, cond, sampling, method, drafter, seed, mask, progress, decode)
+        res = _generate(interruptible(target, interrupt), cond, sampling, method, interruptible(drafter, interrupt),
+                        seed, mask, progress, decode)
         res.stats.cache_bytes = sum(c.allocated_bytes for c in caches)
     res.stats.peak_memory_by_device = {str(dev): int(torch.cuda.max_memory_allocated(dev)) for dev in gpus}
     res.stats.peak_memory_bytes = sum(res.stats.peak_memory_by_device.values())

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from .models.kv_cache import KVCache
 from .models.protocol import ImageARModel
 
 MB = 1 << 20
@@ -43,38 +44,96 @@ def available_bytes(device: torch.device) -> Optional[int]:
         return None
 
 
-def estimate_bytes(model: ImageARModel, batch: int, cfg: bool, chunk: Optional[int] = None) -> int:
-    """Upper bound of what sampling allocates for `model`: its KV cache plus float32 logits and
-    probabilities for one verified chunk (`chunk` tokens, the whole grid by default), plus the
-    block in flight when its weights stream from the CPU (mulosd_core.offload)."""
+F32 = 4
+
+
+def cache_len(model: ImageARModel) -> int:
+    """Key slots of the model's KV cache (condition + image positions, rounded up to 8 as built)."""
+    return -(-(model.cond_len + model.num_tokens) // 8) * 8
+
+
+def call_bytes(model: ImageARModel, rows: int, queries: int) -> int:
+    """Working memory of one GPT call on `queries` positions of `rows` cache rows: float32 logits and
+    probabilities [rows, queries, V], and the attention mask over every cache slot (bool [rows, queries, L],
+    the [queries, L] comparison it is built from, and the float copy SDPA makes of it)."""
+    L = cache_len(model)
+    return 2 * rows * queries * model.vocab_size * F32 + KVCache.mask_bytes(rows, queries, L) + rows * queries * L * F32
+
+
+def vq_bytes(model: ImageARModel, images: int) -> int:
+    """Working memory of one VQ decode or encode of `images` whole images at the model's size.
+
+    LlamaGen's VQ runs self-attention blocks at the token grid that hold two float32 [P, P] matrices per
+    image (P = grid^2 positions): this term grows with the fourth power of the image side and is what
+    makes very large sizes impossible. Add about a dozen activations of the widest full-resolution layer,
+    the nearest-code distances [P, V] of an encode, and the output images with their copies."""
+    P, px = model.num_tokens, model.image_size * model.image_size
+    need = 2 * P * P * F32 + 3 * P * model.vocab_size * F32 + 3 * 3 * px * F32
+    cfg = getattr(getattr(model, "vq", None), "config", None)
+    ch, mult = getattr(cfg, "ch", None), getattr(cfg, "decoder_ch_mult", None)
+    if ch and mult:   # level i of the decoder: ch * mult[-1 - i] channels at (2^i)^2 times fewer pixels than the image
+        n = len(mult)
+        need += 12 * F32 * max(ch * mult[n - 1 - i] * px // 4 ** (n - 1 - i) for i in range(n))
+    return images * need
+
+
+def estimate(model: ImageARModel, batch: int, cfg: bool, chunk: Optional[int] = None) -> dict[str, int]:
+    """What sampling allocates for `model`, by part (bytes): its KV cache, the largest GPT call (`chunk`
+    query positions, the whole grid by default, at least the condition's prefill), one VQ call on the
+    batch's images, and the block in flight when its weights stream from the CPU (mulosd_core.offload)."""
     rows = batch * (2 if cfg else 1)
-    cache = model.cache_bytes(rows) if hasattr(model, "cache_bytes") else 0
     chunk = model.num_tokens if chunk is None else min(chunk, model.num_tokens)
     streamer = getattr(model, "streamer", None)
-    return cache + 2 * rows * chunk * model.vocab_size * 4 + (streamer.block_bytes if streamer is not None else 0)
+    return {
+        "KV cache": model.cache_bytes(rows) if hasattr(model, "cache_bytes") else 0,
+        "largest model call": call_bytes(model, rows, max(chunk, model.cond_len)),
+        "VQ decode/encode": vq_bytes(model, batch),
+        "weights in flight": streamer.block_bytes if streamer is not None else 0,
+    }
+
+
+def estimate_bytes(model: ImageARModel, batch: int, cfg: bool, chunk: Optional[int] = None) -> int:
+    """Upper bound of what sampling allocates for `model`: the KV cache lives through the run, while a GPT
+    call and a VQ call never overlap, so the larger of the two counts (see `estimate`)."""
+    part = estimate(model, batch, cfg, chunk)
+    return part["KV cache"] + max(part["largest model call"], part["VQ decode/encode"]) + part["weights in flight"]
+
+
+def _mb(n: int) -> str:
+    return f"{n / MB:,.0f} MB"
 
 
 def check_fits(batch: int, cfg: bool, target: ImageARModel, drafter: Optional[ImageARModel] = None,
-               available=None) -> dict[str, int]:
+               available=None, target_chunk: Optional[int] = None, drafter_chunk: Optional[int] = None) -> dict[str, int]:
     """Raise NotEnoughMemory when the run's estimate exceeds free memory on any device it uses.
 
-    Returns the estimate per model name (bytes). `available` is injectable for tests.
+    `target_chunk` / `drafter_chunk`: the most positions one call of that model computes (the engine
+    knows them per method; the whole grid when not given). Returns the estimate per model name (bytes).
+    `available` is injectable for tests.
     """
     available = available or available_bytes
-    need: dict[str, int] = {target.name: estimate_bytes(target, batch, cfg)}
+    models = [(target.name, target, target_chunk)]
     if drafter is not None:
-        need[f"{drafter.name} (drafter)"] = estimate_bytes(drafter, batch, cfg)
+        models.append((f"{drafter.name} (drafter)", drafter, drafter_chunk))
+    need: dict[str, int] = {}
+    parts: dict[str, dict[str, int]] = {}
     per_device: dict[str, int] = {}
-    for model, (name, n) in zip([target, drafter], need.items()):
-        per_device[str(model.device)] = per_device.get(str(model.device), 0) + n
+    for name, model, chunk in models:
+        parts[name] = estimate(model, batch, cfg, chunk)
+        need[name] = estimate_bytes(model, batch, cfg, chunk)
+        per_device[str(model.device)] = per_device.get(str(model.device), 0) + need[name]
     for dev, n in per_device.items():
         free = available(torch.device(dev))
         if free is not None and n > free:
-            parts = ", ".join(f"{k} {v / MB:.0f} MB" for k, v in need.items())
+            detail = "; ".join(f"{k} {_mb(need[k])}: " + ", ".join(f"{p} {_mb(v)}" for p, v in parts[k].items() if v)
+                               for k in need)
+            biggest = max(((k, p) for k in parts for p in parts[k]), key=lambda kp: parts[kp[0]][kp[1]])
+            size = f"image_size (now {target.image_size} px" + (f", drafter {drafter.image_size} px" if drafter else "") + ")"
             raise NotEnoughMemory(
-                f"this run needs about {n / MB:.0f} MB on {dev} ({parts}) but only {free / MB:.0f} MB are free; "
-                f"lower batch_size (now {batch}) or the image size, load the models in bfloat16, stream the target's weights from the "
-                f"cpu (the loaders' weights input), or put the drafter on another device")
+                f"this run needs about {_mb(n)} on {dev} but only {_mb(free)} are free ({detail}); the largest part is "
+                f"{biggest[0]}'s {biggest[1]}. To fit, lower batch_size (now {batch}) or the loaders' {size}, load "
+                f"the models in bfloat16, stream the target's weights from the cpu (the loaders' weights input), or "
+                f"put the drafter on another device")
     return need
 
 

@@ -48,7 +48,7 @@ class KVCache:
         self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
         self.max_len = max_len
         self.batch = batch
-        self._causal: torch.Tensor | None = None  # [L, L] key j visible to query p iff j <= p (built on first use)
+        self._keys: torch.Tensor | None = None  # [L] slot indices, for masks of the rows being computed
         self._all_own_valid = True  # every written slot is valid, so "own slot" adds nothing to the mask
         self.released = False
         self.allocated_bytes = self.nbytes() + self.valid.numel() * self.valid.element_size()
@@ -71,19 +71,24 @@ class KVCache:
     def attention_mask(self, positions: torch.Tensor) -> torch.Tensor:
         """Boolean mask [B, 1, S, L]: key j visible to the query at p iff j <= p and valid (or j == p).
 
-        Call it after `mark(positions, ...)` (forward_embeddings does): while no slot was ever marked
-        invalid, a query's own slot is valid already and the mask is one row lookup of a cached
-        causal table and one AND (the decode loop's per-step cost).
+        Call it after `mark(positions, ...)` (forward_embeddings does). Only the S rows being computed
+        are built (S x L, never L x L): a decode step costs one comparison against the slot indices and
+        one AND; while no slot was ever marked invalid, a query's own slot is valid already.
         """
-        if self._causal is None or self._causal.device != self.valid.device:
-            self._causal = torch.ones(self.max_len, self.max_len, dtype=torch.bool, device=self.valid.device).tril_()
-        causal = self._causal[positions]  # [S, L]
+        if self._keys is None or self._keys.device != positions.device:
+            self._keys = torch.arange(self.max_len, device=positions.device)
+        causal = self._keys[None, :] <= positions[:, None]  # [S, L]
         if self._all_own_valid:
             # no slot was ever written invalid (no masked caption padding): own slots are valid already
             return (causal[None] & self.valid[:, None, :])[:, None]
-        keys = torch.arange(self.max_len, device=positions.device)
-        own = keys[None, :] == positions[:, None]
+        own = self._keys[None, :] == positions[:, None]
         return (causal[None] & (self.valid[:, None, :] | own[None]))[:, None]
+
+    @staticmethod
+    def mask_bytes(rows: int, queries: int, max_len: int) -> int:
+        """Bytes `attention_mask` allocates for `queries` positions of `rows` cache rows (bool, plus the
+        [S, L] comparison it starts from), for memory estimates before a run."""
+        return (rows + 2) * queries * max_len
 
     def reset(self) -> None:
         """Make the cache empty again (used after an interrupted run) without reallocating."""
@@ -94,7 +99,7 @@ class KVCache:
 
     def release(self) -> None:
         """Drop the tensors (the cache is unusable afterwards)."""
-        self.k, self.v, self._causal = [], [], None
+        self.k, self.v, self._keys = [], [], None
         self.valid = self.valid.new_zeros(0, 0)
         self.released = True
 

@@ -61,7 +61,12 @@ def test_estimate_matches_the_cache_actually_built(caches):
     (cache,) = caches
     assert target.cache_bytes(4) > 0
     assert KVCache.bytes_for(1, 4, 2, cache.max_len, 8, torch.float32) == 2 * 4 * 2 * cache.max_len * 8 * 4
-    assert estimate_bytes(target, batch=2, cfg=True) == target.cache_bytes(4) + 2 * 4 * 64 * VOCAB * 4
+    parts = memory.estimate(target, batch=2, cfg=True)
+    assert parts["KV cache"] == target.cache_bytes(4) == cache.allocated_bytes - 4 * cache.max_len   # less `valid`
+    L = cache.max_len   # logits + probabilities of the whole grid, and its attention mask (bool, built from, float)
+    assert parts["largest model call"] == 2 * 4 * 64 * VOCAB * 4 + (4 + 2) * 64 * L + 4 * 64 * L * 4
+    assert estimate_bytes(target, batch=2, cfg=True) == parts["KV cache"] + max(parts["largest model call"],
+                                                                                  parts["VQ decode/encode"])
 
 
 def test_run_refused_before_any_model_runs_when_memory_is_short(monkeypatch):
