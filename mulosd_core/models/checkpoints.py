@@ -36,8 +36,8 @@ def read_safetensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]
         with safe_open(path, framework="pt", device="cpu") as f:
             meta = dict(f.metadata() or {})
             tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as e:  # safetensors raises its own error types for bad headers / truncation
-        raise CheckpointError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})") from None
+    except Exception as e:  # whatever the library raises (bad header, truncation, ...): the loader's error
+        raise CheckpointError(f"{path}: not a readable safetensors file: {looks_like(path)} ({_detail(e)})") from None
     return tensors, meta
 
 
@@ -47,16 +47,68 @@ def read_torch(path: str) -> Any:
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        if not any("GLOBAL" in ln or "global" in ln for ln in lines):
+            # no object was refused: the bytes are not a pickle at all (random data, JSON, ...)
+            what = next((ln.strip() for ln in lines if "nsupported" in ln), _detail(e))
+            raise CheckpointError(f"{path}: truncated or not a PyTorch checkpoint: {looks_like(path)} "
+                                  f"(the unpickler read: {what})") from None
         # torch's first line is generic advice to set weights_only=False; name the refused object instead
         detail = next((ln for ln in lines if "GLOBAL" in ln or "nsupported" in ln), lines[0] if lines else "")
         raise CheckpointError(
             f"{path}: refused to load: the file holds a pickled object that is not plain weights "
             f"(loading it could run code). Convert it to .safetensors with trusted tooling. Detail: {detail}"
         ) from None
-    except (RuntimeError, zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, UnicodeDecodeError) as e:
-        # a truncated zip archive surfaces as OSError(EINVAL) from PyTorchFileReader, others as RuntimeError
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"{path}: truncated or not a PyTorch checkpoint ({msg})") from None
+    except Exception as e:
+        # torch.load fails on garbage in many ways (a text file: IndexError from the legacy pickle reader, a
+        # truncated archive: OSError, a foreign zip: RuntimeError, ...); each is the same problem to the user
+        raise CheckpointError(f"{path}: truncated or not a PyTorch checkpoint: {looks_like(path)} "
+                              f"({_detail(e)})") from None
+
+
+def _detail(e: BaseException) -> str:
+    """The first line of an exception, with its type (kept short: it ends up in a UI)."""
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def looks_like(path: str) -> str:
+    """What a file that failed to load seems to be, from its first bytes, to say what is wrong with it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        size = os.path.getsize(path)
+    except OSError as e:
+        return f"the file cannot be read ({_detail(e)})"
+    if head.startswith(b"PK\x03\x04"):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except Exception:
+            return f"the file is a damaged or truncated zip archive ({size} bytes)"
+        if any(n.endswith("data.pkl") for n in names):
+            return f"the file is a PyTorch archive that is damaged or truncated ({size} bytes)"
+        return f"the file is a zip archive without the data.pkl of a PyTorch checkpoint (holds {names[:3]})"
+    for magic, kind in ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+                        (b"RIFF", "a RIFF (WebP/WAV) file"), (b"\x1f\x8b", "a gzip archive"), (b"%PDF", "a PDF document")):
+        if head.startswith(magic):
+            return f"the file is {kind}, not model weights"
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return f"the file is a bare pickle ({size} bytes), damaged or not a PyTorch checkpoint"
+    if len(head) >= 8 and head[8:9] == b"{":
+        n = int.from_bytes(head[:8], "little")
+        if n > size - 8:
+            return f"the file is a safetensors file whose header says {n} bytes but the file has {size}: truncated"
+        return f"the file is a safetensors file ({size} bytes) with a damaged header or data"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.strip():
+        if text.lstrip()[:1] in "{[":
+            return "the file is JSON text, not model weights"
+        if all(c.isprintable() or c.isspace() for c in text):
+            return f"the file is text, not model weights (starts {text.strip()[:40]!r})"
+    return f"the file holds {size} bytes of no known weights format"
 
 
 def select_weights(obj: Any, path: str, key: Optional[str] = None) -> dict[str, torch.Tensor]:
@@ -102,12 +154,17 @@ def read_checkpoint(path: str, key: Optional[str] = None) -> tuple[dict[str, tor
         raise CheckpointError(f"{path}: no such file")
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: the file is empty")
-    if path.endswith(".safetensors"):
-        sd, meta = read_safetensors(path)
-        if not sd:
-            raise CheckpointError(f"{path}: the safetensors file holds no tensors")
-        return clean_keys(sd), meta
-    return clean_keys(select_weights(read_torch(path), path, key)), {}
+    try:
+        if path.endswith(".safetensors"):
+            sd, meta = read_safetensors(path)
+            if not sd:
+                raise CheckpointError(f"{path}: the safetensors file holds no tensors")
+            return clean_keys(sd), meta
+        return clean_keys(select_weights(read_torch(path), path, key)), {}
+    except CheckpointError:
+        raise
+    except Exception as e:   # anything else while reading is still the file's problem, named as such
+        raise CheckpointError(f"{path}: could not be read as model weights: {looks_like(path)} ({_detail(e)})") from None
 
 
 def save_safetensors(sd: dict[str, torch.Tensor], path: str, metadata: Optional[dict[str, Any]] = None) -> None:
