@@ -68,9 +68,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from mulosd_core.data.procedural import CLASS_NAMES, GPT_VARIATION, NUM_CLASSES, make_batch
+from mulosd_core.data.families import DataFamily, data_family
+from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES
 from mulosd_core.engine import MethodConfig, generate
 from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair
+from mulosd_core.ar import model_sampling
 from mulosd_core.presets import EMBEDDED_SAMPLING, method_presets
 from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
 from mulosd_core.schedules import zipar_nfe
@@ -84,8 +86,7 @@ QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_isl
 QUICK_SAMPLES = 4
 ORACLE = "mulo_oracle"
 GRID_METHOD = "mulo_islands"       # the image grid shows AR vs this
-# The demo's sampling (mulosd_core.demo.DEMO_SAMPLING):
-SAMPLING = EMBEDDED_SAMPLING  # the embedded family's sampling (mulosd_core.presets)
+TINY_SAMPLING = EMBEDDED_SAMPLING   # random tiny models keep the patterns family's sampling
 REAL_SEED = 20_240_601             # real reference samples for the Frechet distance
 WARMUP_SEED = 10_000
 NLL_FLOOR = 1e-12
@@ -105,43 +106,48 @@ class Models:
     classifier: torch.nn.Module
     kind: str                         # "embedded" or "tiny"
     quality_meaningful: bool
+    family: DataFamily                # classes and real images of the run
     info: dict = field(default_factory=dict)
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        """The sampling every method runs with: the one the target was trained for (its family card)."""
+        return model_sampling(self.target)
 
     def drafter_for(self, kind: str | None):
         return {"low": self.drafter, "same": self.sd_drafter, None: None}[kind]
 
 
-def load_models(kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32, tiny_grid: int = 4) -> Models:
-    """The embedded family (+ its classifier), or tiny random models with a random classifier."""
+def load_models(kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32, tiny_grid: int = 4,
+                family: str = DEFAULT_EMBEDDED_FAMILY) -> Models:
+    """An embedded family (+ its classifier), or tiny random models with a random classifier."""
     from mulosd_core.train.classifier import PatternClassifier
+    fam = data_family(family)
     if kind == "tiny":
         from mulosd_core.testing import tiny_model, tiny_vq
         vq = tiny_vq(1000, 64).to(device)
-        mk = lambda grid, seed: tiny_model(grid, seed, vq=vq, dtype=dtype, num_classes=NUM_CLASSES)
+        mk = lambda grid, seed: tiny_model(grid, seed, vq=vq, dtype=dtype, num_classes=fam.num_classes)
         target, drafter, sd = mk(tiny_grid, 0), mk(max(tiny_grid // 2, 1), 1), mk(tiny_grid, 2)
         for m in (target, drafter, sd):
             m.gpt.to(device)
+            m.default_sampling = TINY_SAMPLING
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             clf = PatternClassifier().to(device).eval()
-        return Models(target, drafter, sd, clf, "tiny", False,
+        return Models(target, drafter, sd, clf, "tiny", False, fam,
                       {"note": "tiny random models and a randomly initialised classifier: quality numbers are meaningless"})
     if kind != "embedded":
         raise ValueError(f"--models must be 'embedded' or 'tiny', got {kind!r}")
-    from mulosd_core.models.registry import EMBEDDED_DIR, load_embedded
+    from mulosd_core.models.registry import embedded_path, load_embedded
     from mulosd_core.train.classifier import load_classifier
-    target = load_embedded("target", dtype=dtype, device=device)
-    drafter = load_embedded("drafter", dtype=dtype, device=device, vq=target.vq)
-    sd = load_embedded("sd_drafter", dtype=dtype, device=device, vq=target.vq)
-    clf_path = os.path.join(EMBEDDED_DIR, "classifier.safetensors")
-    if not os.path.isfile(clf_path):
-        raise FileNotFoundError(f"{clf_path}: the embedded classifier is missing; train the family first")
-    clf = load_classifier(clf_path, device=device)
-    info = {"files": {m: _file_info(os.path.join(EMBEDDED_DIR, f)) for m, f in
-                      (("target", "target.safetensors"), ("drafter", "drafter.safetensors"),
-                       ("sd_drafter", "sd_drafter.safetensors"), ("vq", "vq.safetensors"),
-                       ("classifier", "classifier.safetensors"))}}
-    return Models(target, drafter, sd, clf, "embedded", True, info)
+    target = load_embedded("target", dtype=dtype, device=device, family=family)
+    drafter = load_embedded("drafter", dtype=dtype, device=device, vq=target.vq, family=family)
+    sd = load_embedded("sd_drafter", dtype=dtype, device=device, vq=target.vq, family=family)
+    clf = load_classifier(embedded_path("classifier", family), device=device)
+    info = {"family": family,
+            "files": {m: _file_info(embedded_path(m, family)) for m in ("target", "drafter", "sd_drafter", "vq",
+                                                                         "classifier")}}
+    return Models(target, drafter, sd, clf, "embedded", True, fam, info)
 
 
 def _file_info(path: str) -> dict:
@@ -307,10 +313,12 @@ def _time_split(seconds: dict, total: float) -> dict:
 
 
 def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | None]], samples: int,
-                batch: int = 1, warmup: int = 1, sampling: SamplingConfig = SAMPLING, keep_images: int = 0,
+                batch: int = 1, warmup: int = 1, sampling: SamplingConfig | None = None, keep_images: int = 0,
                 progress: bool = True, label: str = "bench") -> dict[str, dict]:
-    """Run every method on the same batches, interleaved; returns raw per-run records per method."""
+    """Run every method on the same batches, interleaved; returns raw per-run records per method
+    (with the target's own sampling unless `sampling` says otherwise)."""
     target, dev = models.target, models.target.device
+    sampling = sampling or models.sampling
     names = list(methods)
     batches = [(i, min(batch, samples - i)) for i in range(0, samples, batch)]
     bar = _Progress(warmup * len(names) + len(batches) * len(names), progress, label)
@@ -324,7 +332,7 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
             generate(target, torch.tensor([0] * batch), sampling, cfg, models.drafter_for(kind), seed=WARMUP_SEED + k)
             bar.step(f"warm-up {n}")
     for bi, (i0, b) in enumerate(batches):
-        cond = torch.tensor([(i0 + j) % NUM_CLASSES for j in range(b)])
+        cond = torch.tensor([(i0 + j) % models.family.num_classes for j in range(b)])
         order = names[bi % len(names):] + names[:bi % len(names)]
         for n in order:
             cfg, kind = methods[n]
@@ -366,12 +374,13 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
 
 
 def real_features(models: Models, samples: int) -> np.ndarray:
-    classes = [i % NUM_CLASSES for i in range(samples)]
+    fam = models.family
+    classes = [i % fam.num_classes for i in range(samples)]
     feats = []
     with torch.inference_mode():
         dev = next(models.classifier.parameters()).device
         for s in range(0, samples, 256):
-            imgs = make_batch(classes[s:s + 256], REAL_SEED + s, size=models.target.image_size, variation=GPT_VARIATION)
+            imgs = fam.batch(classes[s:s + 256], REAL_SEED + s, size=models.target.image_size, variation=fam.gpt_variation)
             feats.append(models.classifier.features(imgs.to(dev)).float().cpu().numpy())
     return np.concatenate(feats)
 
@@ -623,7 +632,7 @@ def write_plots(result: dict, raw: dict, out: str, tag: str, image_size: int) ->
 def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tuple[dict, dict]:
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
-    models = load_models(args.models, args.device, dtype, tiny_grid=args.tiny_grid)
+    models = load_models(args.models, args.device, dtype, tiny_grid=args.tiny_grid, family=args.family)
     presets = method_presets()
     names = list(args.methods or (QUICK_METHODS if args.quick else ALL_METHODS))
     unknown = [n for n in names if n not in presets]
@@ -635,8 +644,8 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
     samples = args.samples or (QUICK_SAMPLES if args.quick else 200)
     invocation = uuid.uuid4().hex
     t0 = time.perf_counter()
-    raw = run_methods(models, methods, samples, args.batch, args.warmup, SAMPLING,
-                      keep_images=NUM_CLASSES, progress=not args.no_progress)
+    raw = run_methods(models, methods, samples, args.batch, args.warmup,
+                      keep_images=models.family.num_classes, progress=not args.no_progress)
     bench_seconds = time.perf_counter() - t0
     real = real_features(models, samples)
     summary = summarise(raw, methods, real, invocation, device,
@@ -649,11 +658,11 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
         "invocation": invocation,
         "hardware": hardware(device),
         "samples": samples,
-        "settings": {"models": args.models, "model_info": model_info(models), "device": str(device),
+        "settings": {"models": args.models, "family": args.family, "model_info": model_info(models), "device": str(device),
                      "dtype": args.dtype, "batch": args.batch, "warmup": args.warmup, "quick": args.quick,
-                     "sampling": SAMPLING.to_dict(), "grid": t.grid, "tokens_per_image": t.num_tokens,
+                     "sampling": models.sampling.to_dict(), "grid": t.grid, "tokens_per_image": t.num_tokens,
                      "image_size": t.image_size, "classes": "sample i: class i % NUM_CLASSES, seed i",
-                     "class_names": CLASS_NAMES, "real_seed": REAL_SEED, "real_samples": len(real),
+                     "class_names": list(models.family.class_names), "real_seed": REAL_SEED, "real_samples": len(real),
                      "quality_meaningful": models.quality_meaningful, "method_order": "rotated by one per batch",
                      "wall_time": "engine.generate incl. VQ decode, per image; warm-up excluded",
                      "time_split_note": "AR: forward counted as verify, loop overhead in other; zipar/sjd have no part "
@@ -676,10 +685,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--methods", nargs="+", default=None, help=f"default: all ({', '.join(ALL_METHODS)})")
     ap.add_argument("--quick", action="store_true", help="4 samples, fewer methods; exit 1 on failed checks")
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
+    ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES),
+                    help="embedded family (scenes: the default, patterns: the near-deterministic hard case)")
     ap.add_argument("--tiny-grid", type=int, default=4, help="target grid of --models tiny (drafter: half)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--tag", default=None, help="output name (default <device>-<models>[-quick])")
+    ap.add_argument("--tag", default=None, help="output name (default <device>-<models>[-<family>][-quick]; the "
+                                                 "default family adds nothing)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-progress", action="store_true")
@@ -687,8 +699,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.batch < 1 or (args.samples is not None and args.samples < 1) or args.warmup < 0:
         ap.error("--batch and --samples must be >= 1, --warmup >= 0")
     if args.tag is None:
-        args.tag = f"{torch.device(args.device).type}-{args.models}" + ("-quick" if args.quick else "")
+        args.tag = default_tag(args.device, args.models, args.family, args.quick)
     return args
+
+
+def models_tag(models: str, family: str, quick: bool) -> str:
+    """embedded (the default family), embedded-patterns, tiny, ... with -quick for --quick runs."""
+    fam = f"-{family}" if models == "embedded" and family != DEFAULT_EMBEDDED_FAMILY else ""
+    return f"{models}{fam}" + ("-quick" if quick else "")
+
+
+def default_tag(device: str, models: str, family: str, quick: bool) -> str:
+    """cpu-embedded (scenes), cpu-embedded-patterns, cuda-tiny-quick, ..."""
+    return f"{torch.device(device).type}-{models_tag(models, family, quick)}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,6 @@ from dataclasses import replace
 import torch
 
 from mulosd_core.ar import generate_ar
-from mulosd_core.data.procedural import NUM_CLASSES
 from mulosd_core.engine import ACCEPTED, NEIGHBOUR, RECHECK_SCOPES, REJECTED, generate, map_codes
 from mulosd_core.presets import method_presets
 from mulosd_core.train.evaluate import token_probs
@@ -41,9 +40,9 @@ def diagnose(models: C.Models, name: str, recheck: int, samples: int, scope: str
     acc: dict[str, list[torch.Tensor]] = {k: [] for k in KINDS}
     rounds = exhausted = 0
     for i in range(samples):
-        lab = torch.tensor([i % NUM_CLASSES])
-        res = generate(models.target, lab, C.SAMPLING, cfg, drafter=models.drafter_for(kind), seed=i, decode=False)
-        p, codes = token_probs(models.target, res.tokens, lab, C.SAMPLING)[0], map_codes(res.maps)[0]  # batch 1
+        lab = torch.tensor([i % models.family.num_classes])
+        res = generate(models.target, lab, models.sampling, cfg, drafter=models.drafter_for(kind), seed=i, decode=False)
+        p, codes = token_probs(models.target, res.tokens, lab, models.sampling)[0], map_codes(res.maps)[0]  # batch 1
         for k, code in KINDS.items():
             acc[k].append(p[codes == code])
         rounds, exhausted = rounds + res.stats.recheck_rounds, exhausted + res.stats.recheck_exhausted
@@ -61,9 +60,9 @@ def summary(p: torch.Tensor, tau: float) -> dict:
 def ar_reference(models: C.Models, samples: int) -> dict:
     ps = []
     for i in range(samples):
-        lab = torch.tensor([i % NUM_CLASSES])
-        res = generate_ar(models.target, lab, C.SAMPLING, seed=i, decode=False)
-        ps.append(token_probs(models.target, res.tokens, lab, C.SAMPLING)[0])
+        lab = torch.tensor([i % models.family.num_classes])
+        res = generate_ar(models.target, lab, models.sampling, seed=i, decode=False)
+        ps.append(token_probs(models.target, res.tokens, lab, models.sampling)[0])
     return summary(torch.cat(ps), tau=0.0)
 
 
@@ -75,11 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recheck-scope", nargs="+", default=["drafts"], choices=RECHECK_SCOPES,
                     help="what a recheck round verifies again (VerifierConfig.recheck_scope)")
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
+    ap.add_argument("--family", default=C.DEFAULT_EMBEDDED_FAMILY, choices=sorted(C.EMBEDDED_FAMILIES))
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    models = C.load_models(args.models)
+    models = C.load_models(args.models, family=args.family)
     out = {"command": "python -m bench.diagnose " + " ".join(sys.argv[1:] if argv is None else argv),
            "ar": ar_reference(models, args.samples), "methods": {}, "recheck": {}}
     for name in args.methods:

@@ -4,7 +4,7 @@
                           [--grid-experiment] [--out bench/results] [--threads T]
 
 Stages, each one process-internal run of `bench.compare.run_methods` with its own AR runs on the
-same classes and seeds (sample i: class i % NUM_CLASSES, seed i; methods interleaved per sample):
+same classes and seeds (sample i: class i % the number of classes, seed i; methods interleaved per sample):
 
   1. tau x k     tau in TAUS, k in KS (l, w at the preset defaults)
   2. radius l    l in RADII with the chosen tau, k
@@ -99,7 +99,7 @@ def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, Metho
     """settings: label -> (params, config, drafter kind). Returns {"ar": summary, "rows": [...]}."""
     methods = {"ar": (MethodConfig(method="ar"), None)}
     methods.update({label: (cfg, kind) for label, (_, cfg, kind) in settings.items()})
-    raw = C.run_methods(models, methods, samples, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:{name}")
+    raw = C.run_methods(models, methods, samples, batch, warmup, progress=progress, label=f"sweep:{name}")
     summ = C.summarise(raw, methods, real, uuid.uuid4().hex, models.target.device, n_boot_fd=n_boot_fd)
     ar = {k: summ["ar"][k] for k in KEEP}
     rows = []
@@ -139,7 +139,9 @@ def _lantern(delta: float) -> MethodConfig:
 
 
 def _at_grid(model: LlamaGenModel, grid: int, name: str) -> LlamaGenModel:
-    return LlamaGenModel(model.gpt, model.vq, grid * model.vq.downsample, name=name)
+    out = LlamaGenModel(model.gpt, model.vq, grid * model.vq.downsample, name=name)
+    out.default_sampling = C.model_sampling(model)   # the same weights sample as they were trained to
+    return out
 
 
 def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: int, n_boot_fd: int,
@@ -155,7 +157,7 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
         methods = {"ar": (MethodConfig(method="ar"), None),
                    "mulo_islands": (_mulo_at(cur), "low")}
         t0 = time.perf_counter()
-        raw = C.run_methods(m, methods, n, batch, warmup, C.SAMPLING, progress=progress, label=f"sweep:grid{gt}")
+        raw = C.run_methods(m, methods, n, batch, warmup, progress=progress, label=f"sweep:grid{gt}")
         summ = C.summarise(raw, methods, C.real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
         grids.append({"grid": gt, "drafter_grid": gt // 2, "samples": n, "native": gt == native,
                       "label": "trained grid" if gt == native else "untrained grid: quality unknown, not a claim",
@@ -309,7 +311,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="what a recheck round verifies again (VerifierConfig.recheck_scope; default: the preset's; "
                          "--recheck-only: drafts)")
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--tag", default=None, help="default sweep-<models>[-quick]")
+    ap.add_argument("--family", default=C.DEFAULT_EMBEDDED_FAMILY, choices=sorted(C.EMBEDDED_FAMILIES),
+                    help="embedded family (default scenes)")
+    ap.add_argument("--tag", default=None, help="default sweep-<models>[-<family>][-quick] (the default family adds nothing)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--upsampler", default="pixel", choices=KINDS,
@@ -318,10 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     kind = "grid" if args.grid_only else "recheck" if args.recheck_only else "sweep"
-    tag = args.tag or kind + f"-{args.models}" + ("-quick" if args.quick else "")
+    tag = args.tag or f"{kind}-{C.models_tag(args.models, args.family, args.quick)}"
     samples = args.samples or (2 if args.quick else 100)
     t0 = time.perf_counter()
-    models = C.load_models(args.models, args.device, C.DTYPES[args.dtype], tiny_grid=args.tiny_grid)
+    models = C.load_models(args.models, args.device, C.DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family)
     if args.grid_only:
         n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
@@ -340,8 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,
            "hardware": C.hardware(device), "samples": samples, "rule": RULE,
-           "settings": {"models": args.models, "model_info": C.model_info(models), "dtype": args.dtype,
-                        "batch": args.batch, "warmup": args.warmup, "upsampler": args.upsampler, "recheck": args.recheck, "recheck_scope": args.recheck_scope, "quick": args.quick, "sampling": C.SAMPLING.to_dict(),
+           "settings": {"models": args.models, "family": args.family, "model_info": C.model_info(models), "dtype": args.dtype,
+                        "batch": args.batch, "warmup": args.warmup, "upsampler": args.upsampler, "recheck": args.recheck, "recheck_scope": args.recheck_scope, "quick": args.quick, "sampling": models.sampling.to_dict(),
                         "grid": models.target.grid, "quality_meaningful": models.quality_meaningful,
                         "seconds": time.perf_counter() - t0},
            "sweep": res_sweep}

@@ -1,6 +1,6 @@
 """Demo on the embedded models: the same classes with AR and MuLo-SD, side by side.
 
-    python -m mulosd_core.demo [--out outputs/demo] [--per-class 1] [--seed 0]
+    python -m mulosd_core.demo [--family scenes] [--out outputs/demo] [--per-class 1] [--seed 0]
 
 Writes ar.png, mulo.png, maps.png and side_by_side.png (rows: AR, MuLo-SD, acceptance
 map; green accepted, red rejected, yellow resampled neighbour, blue target-sampled) and
@@ -18,12 +18,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageDraw, ImageFont
 
-from .data.procedural import CLASS_NAMES, NUM_CLASSES
+from .data.families import data_family
 from .engine import MAP_COLOURS, generate
-from .models.registry import load_embedded
-from .presets import EMBEDDED_SAMPLING, method_presets
-
-DEMO_SAMPLING = EMBEDDED_SAMPLING  # the embedded family's sampling (mulosd_core.presets)
+from .models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, load_embedded
+from .presets import method_presets
 
 
 GAP = 4          # pixels between the tiles of a row (and twice that between rows)
@@ -64,20 +62,24 @@ def side_by_side(rows: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts + [band, map_legend(width)], 0)
 
 
-def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu") -> dict:
-    target = load_embedded("target", device=device)
-    drafter = load_embedded("drafter", device=device, vq=target.vq)
+def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu",
+             family: str = DEFAULT_EMBEDDED_FAMILY) -> dict:
+    """Every class of an embedded family with AR and MuLo-SD, each sampled as the family's card says."""
+    target = load_embedded("target", device=device, family=family)
+    drafter = load_embedded("drafter", device=device, vq=target.vq, family=family)
+    sampling = target.default_sampling
     presets = method_presets()
-    classes = [c for c in range(NUM_CLASSES) for _ in range(per_class)]
+    class_names = data_family(family).class_names
+    classes = [c for c in range(len(class_names)) for _ in range(per_class)]
     results = {}
     for name in ("ar", "mulo_islands"):
         cfg, kind = presets[name]
         d = drafter if kind == "low" else None
-        generate(target, torch.tensor([0]), DEMO_SAMPLING, cfg, d, seed=10_000)  # warm-up, not timed
+        generate(target, torch.tensor([0]), sampling, cfg, d, seed=10_000)  # warm-up, not timed
         images, maps, calls, dcalls = [], [], 0, 0
         t0 = time.perf_counter()
         for i, c in enumerate(classes):  # batch size 1, the paper's setting
-            r = generate(target, torch.tensor([c]), DEMO_SAMPLING, cfg, d, seed=seed + i)
+            r = generate(target, torch.tensor([c]), sampling, cfg, d, seed=seed + i)
             images.append(r.images)
             maps.append(r.maps)
             calls += r.stats.target_calls
@@ -92,21 +94,24 @@ def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu") -
         Image.fromarray(v).save(os.path.join(out, f"{k}.png"))
     Image.fromarray(side_by_side([rows["ar"], rows["mulo"], rows["maps"]])).save(os.path.join(out, "side_by_side.png"))
     ar, mu = results["ar"], results["mulo_islands"]
-    return {"classes": [CLASS_NAMES[c] for c in classes], "ar_seconds": ar["seconds"], "mulo_seconds": mu["seconds"],
+    return {"family": family, "sampling": sampling.to_dict(), "classes": [class_names[c] for c in classes], "ar_seconds": ar["seconds"], "mulo_seconds": mu["seconds"],
             "wall_ratio": ar["seconds"] / mu["seconds"], "ar_target_calls": ar["target_calls"],
             "mulo_target_calls": mu["target_calls"], "mulo_drafter_calls": mu["drafter_calls"], "out": out}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES),
+                    help="embedded family: scenes (default) or patterns (the near-deterministic hard case)")
     ap.add_argument("--out", default="outputs/demo")
     ap.add_argument("--per-class", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    s = run_demo(args.out, args.per_class, args.seed, args.device)
+    s = run_demo(args.out, args.per_class, args.seed, args.device, args.family)
     n = len(s["classes"])
+    print(f"family {s['family']}, sampling {s['sampling']}")
     print(f"classes: {', '.join(s['classes'])}")
     print(f"AR:      {s['ar_target_calls']:.0f} target calls/image, {s['ar_seconds']:.2f} s for {n} images")
     print(f"MuLo-SD: {s['mulo_target_calls']:.1f} target calls/image (+{s['mulo_drafter_calls']:.1f} drafter calls), "

@@ -137,9 +137,8 @@ def learned_net(cfg: UpsamplerConfig, target: ImageARModel, r: int):
     """The learned upsampler for this pair: loaded once per file, on the target's device, checked
     against the pair's ratio and codebook (it only knows the codes it was trained on)."""
     from .models.latent_upsampler import cached_latent_upsampler
-    from .models.registry import embedded_path
 
-    path = cfg.weights or embedded_path("upsampler")
+    path = cfg.weights or embedded_upsampler(target)
     net = cached_latent_upsampler(path, target.device)
     if net.config.ratio != r:
         raise ValueError(f"learned upsampler {path} upsamples by r = {net.config.ratio}, but these models need r = {r}")
@@ -149,3 +148,16 @@ def learned_net(cfg: UpsamplerConfig, target: ImageARModel, r: int):
                          f"codebook {own}: train one for this VQ (python -m mulosd_core.train.family --stages upsampler) "
                          f"or use the pixel upsampler")
     return net
+
+
+def embedded_upsampler(target: ImageARModel) -> str:
+    """The shipped learned upsampler of the embedded family whose codebook the target uses (the default
+    family's when none matches: `learned_net` then says the codebooks differ)."""
+    from .models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, embedded_path, read_safetensors_meta
+
+    own = target.codebook_id() if hasattr(target, "codebook_id") else ""
+    for family in EMBEDDED_FAMILIES:
+        path = embedded_path("upsampler", family)
+        if own and read_safetensors_meta(path)[1].get("codebook_id") == own:
+            return path
+    return embedded_path("upsampler", DEFAULT_EMBEDDED_FAMILY)

@@ -21,7 +21,7 @@ from comfy_api.latest import io
 
 from mulosd_core import offload
 from mulosd_core.models import registry
-from mulosd_core.models.checkpoints import CheckpointError  # noqa: F401  (passes through unchanged)
+from mulosd_core.models.checkpoints import CheckpointError
 
 from .types import ModelHandle, MulosdModel
 
@@ -72,7 +72,9 @@ def gpt_files() -> list[str]:
 
 
 def _is_embedded(path: str) -> bool:
-    return os.path.dirname(os.path.realpath(path)) == os.path.realpath(EMBEDDED_DIR)
+    """A file of a shipped family: in models/embedded (scenes) or one of its sub-folders (patterns)."""
+    folder, root = os.path.dirname(os.path.realpath(path)), os.path.realpath(EMBEDDED_DIR)
+    return folder == root or folder.startswith(root + os.sep)
 
 
 def _stamp(path: str) -> tuple:
@@ -110,8 +112,8 @@ def resolve_device(name: str) -> torch.device:
 def resolve_vq(gpt_name: str, gpt_path: str, vq_name: str) -> str:
     if vq_name != "auto":
         return folder_paths.get_full_path_or_raise(FOLDER, vq_name)
-    if _is_embedded(gpt_path):
-        return os.path.join(EMBEDDED_DIR, registry.EMBEDDED_MEMBERS["vq"])
+    if _is_embedded(gpt_path):   # each shipped family keeps its tokenizer beside its GPTs
+        return os.path.join(os.path.dirname(gpt_path), registry.EMBEDDED_MEMBERS["vq"])
     raise ValueError(f"vq_name: 'auto' only knows the tokenizer of the embedded models; choose the VQ tokenizer file of "
                      f"{gpt_name} (LlamaGen: vq_ds16_c2i.pt for c2i models, vq_ds16_t2i.pt for t2i models)")
 
@@ -129,6 +131,18 @@ def resolve_image_size(gpt_name: str, gpt_path: str, image_size: int) -> int:
     return size
 
 
+def read_file(path: str, what: str, read):
+    """`read()`, with any failure that is not already the loader's own error (CheckpointError, which names
+    the file and the problem) turned into one that names the file and says what went wrong."""
+    try:
+        return read()
+    except CheckpointError:
+        raise
+    except Exception as e:
+        raise CheckpointError(f"{path}: could not be loaded as a {what} ({type(e).__name__}: "
+                              f"{str(e).strip()[:300]})") from None
+
+
 def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, weights: str = "auto") -> ModelHandle:
     """The cached load behind both loader nodes."""
     gpt_path = folder_paths.get_full_path_or_raise(FOLDER, gpt_name)
@@ -143,10 +157,14 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
     if model is None:
         vq_key = (_stamp(vq_path), str(dev))
         if vq_key not in _vqs:
-            _vqs[vq_key] = registry.load_vq(vq_path, device=dev)
+            _vqs[vq_key] = read_file(vq_path, "VQ tokenizer", lambda: registry.load_vq(vq_path, device=dev))
+        ds = _vqs[vq_key].downsample
+        if size % ds:
+            raise ValueError(f"image_size: expected a multiple of {ds} (the downsampling of the tokenizer "
+                             f"{os.path.basename(vq_path)}), got {size}")
         name = os.path.splitext(gpt_name.replace("\\", "/"))[0]
-        model = registry.load_model(gpt_path, vq_path, size, DTYPES[dtype], offload.load_device(weights, dev),
-                                    name=name, vq=_vqs[vq_key])
+        model = read_file(gpt_path, "LlamaGen GPT", lambda: registry.load_model(
+            gpt_path, vq_path, size, DTYPES[dtype], offload.load_device(weights, dev), name=name, vq=_vqs[vq_key]))
         offload.place_weights(model, dev, weights)
         _models[key] = model
         while len(_models) > CACHE_SIZE:

@@ -155,19 +155,29 @@ def describe(path: str) -> dict:
 
 
 EMBEDDED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models", "embedded")
+# The shipped families: the default one (scenes) at the top of models/embedded, the others in sub-folders.
+EMBEDDED_FAMILIES = {"scenes": EMBEDDED_DIR, "patterns": os.path.join(EMBEDDED_DIR, "patterns")}
+DEFAULT_EMBEDDED_FAMILY = "scenes"
 EMBEDDED_MEMBERS = {"target": "target.safetensors", "drafter": "drafter.safetensors",
                     "sd_drafter": "sd_drafter.safetensors", "vq": "vq.safetensors",
-                    "upsampler": "upsampler.safetensors"}
+                    "upsampler": "upsampler.safetensors", "classifier": "classifier.safetensors"}
 
 
-def embedded_path(member: str) -> str:
-    """Path of a shipped embedded-family file ('target', 'drafter', 'sd_drafter', 'vq', 'upsampler')."""
+def embedded_dir(family: str = DEFAULT_EMBEDDED_FAMILY) -> str:
+    """The folder of a shipped embedded family ('scenes', the default, or 'patterns')."""
+    if family not in EMBEDDED_FAMILIES:
+        raise ValueError(f"family: unknown embedded family {family!r}; expected one of {sorted(EMBEDDED_FAMILIES)}")
+    return EMBEDDED_FAMILIES[family]
+
+
+def embedded_path(member: str, family: str = DEFAULT_EMBEDDED_FAMILY) -> str:
+    """Path of a shipped embedded-family file ('target', 'drafter', 'sd_drafter', 'vq', 'upsampler', 'classifier')."""
     if member not in EMBEDDED_MEMBERS:
         raise ValueError(f"unknown embedded model {member!r}; expected one of {sorted(EMBEDDED_MEMBERS)}")
-    path = os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS[member])
+    path = os.path.join(embedded_dir(family), EMBEDDED_MEMBERS[member])
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: the embedded model is missing; train it with "
-                                "`python -m mulosd_core.train.family` or reinstall the pack")
+                                f"`python -m mulosd_core.train.family --family {family}` or reinstall the pack")
     return path
 
 
@@ -268,7 +278,8 @@ def load_model(gpt_path: str, vq_path: str, image_size: Optional[int] = None, dt
 
 
 def load_embedded(member: str = "target", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                  vq: Optional[VQModel] = None) -> LlamaGenModel:
-    """One member of the shipped embedded family, sharing `vq` when given."""
-    return load_model(embedded_path(member), embedded_path("vq"), dtype=dtype, device=device,
-                      name=f"embedded-{member}", vq=vq)
+                  vq: Optional[VQModel] = None, family: str = DEFAULT_EMBEDDED_FAMILY) -> LlamaGenModel:
+    """One member of a shipped embedded family (scenes by default), sharing `vq` when given."""
+    prefix = "embedded" if family == DEFAULT_EMBEDDED_FAMILY else f"embedded-{family}"
+    return load_model(embedded_path(member, family), embedded_path("vq", family), dtype=dtype, device=device,
+                      name=f"{prefix}-{member}", vq=vq)
