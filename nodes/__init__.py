@@ -11,6 +11,7 @@ from __future__ import annotations
 from comfy_api.latest import ComfyExtension, io
 
 from .components import MuLoSDLocalVerifier, MuLoSDUpsampler
+from .inputs import register_prompt_check
 from .janus import MuLoSDJanusPrompt, MuLoSDLoadJanus
 from .loaders import MuLoSDLoadDrafter, MuLoSDLoadTarget
 from .samplers import MuLoSDARSampler, MuLoSDSampler
@@ -20,6 +21,8 @@ NODES: list[type[io.ComfyNode]] = [
     MuLoSDLoadTarget, MuLoSDLoadDrafter, MuLoSDLoadTextEncoder, MuLoSDTextPrompt, MuLoSDLoadJanus, MuLoSDJanusPrompt,
     MuLoSDUpsampler, MuLoSDLocalVerifier, MuLoSDSampler, MuLoSDARSampler,
 ]
+
+register_prompt_check(NODES)   # INT inputs refuse non-integers at POST /prompt (nodes/inputs.py); needs a running server
 
 
 class MuLoSDExtension(ComfyExtension):

@@ -12,6 +12,7 @@ from mulosd_core.engine import RECHECK_SCOPES, REJECTIONS, RESAMPLINGS, RULES, V
 from mulosd_core.imageops import FILTERS
 from mulosd_core.upsample import KINDS, UpsamplerConfig
 
+from .inputs import check_choices
 from .types import MulosdUpsampler, MulosdVerifier
 
 _DEFAULT_VERIFIER = presets.mulo_verifier()
@@ -45,6 +46,7 @@ class MuLoSDUpsampler(io.ComfyNode):
 
     @classmethod
     def execute(cls, kind, ratio, filter) -> io.NodeOutput:
+        check_choices(cls, kind=kind, filter=filter)
         return io.NodeOutput(UpsamplerConfig(kind=kind, ratio=ratio or None, filter=filter))
 
 
@@ -101,6 +103,7 @@ class MuLoSDLocalVerifier(io.ComfyNode):
     @classmethod
     def execute(cls, rule, tau, k_neighbours, expansion_radius, rejection, resampling, lantern_delta,
                 recheck=0, recheck_scope="drafts") -> io.NodeOutput:
+        check_choices(cls, rule=rule, rejection=rejection, resampling=resampling, recheck_scope=recheck_scope)
         return io.NodeOutput(VerifierConfig(rule=rule, tau=tau, k_neighbours=k_neighbours, expansion_radius=expansion_radius,
                                             rejection=rejection, resampling=resampling, lantern_delta=lantern_delta,
                                             lantern_k=presets.LANTERN_K, recheck=recheck, recheck_scope=recheck_scope))

@@ -1,8 +1,10 @@
 """The engine's progress callback in ComfyUI: progress bar, a preview of the rows so far, cancel.
 
 `mulosd_core.engine.generate(..., progress=StepProgress(target))` calls it after every
-decoding step (every token row for plain AR). Each call first honours ComfyUI's
-interrupt flag, so Cancel stops the run within one step. The preview decodes the rows
+decoding step (every token row for plain AR). Cancel does not wait for a step: the
+samplers also pass ComfyUI's interrupt check as `generate(..., interrupt=...)`, which
+the engine calls before every model call. Each progress call honours the interrupt
+flag too, before it spends time on a preview. The preview decodes the rows
 committed so far of the first image, only when the count changed, and is skipped while
 the previews would take longer than the steps between them.
 """

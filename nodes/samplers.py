@@ -32,6 +32,7 @@ from mulosd_core.sampling import SamplingConfig
 from mulosd_core.upsample import UpsamplerConfig, resolution_ratio
 
 from . import janus
+from .inputs import check_choices
 from .progress import StepProgress
 from .types import (Conditioning, JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel, MulosdUpsampler,
                     MulosdVerifier)
@@ -165,10 +166,12 @@ def to_image(x: torch.Tensor) -> torch.Tensor:
 
 def run(target: ModelHandle, req: Request, method: MethodConfig, info: dict,
         drafter: ModelHandle | None = None) -> io.NodeOutput:
-    """generate() with the node's progress bar, then images, enlarged acceptance maps and statistics."""
+    """generate() with the node's progress bar and ComfyUI's interrupt checked before every model call, then
+    images, enlarged acceptance maps and statistics."""
     m = target.model
     result = generate(m, req.cond, req.sampling, method, drafter.model if drafter else None, seed=req.info["seed"],
-                      mask=req.mask, progress=StepProgress(m))
+                      mask=req.mask, progress=StepProgress(m),
+                      interrupt=comfy.model_management.throw_exception_if_processing_interrupted)
     maps = F.interpolate(result.maps.float(), size=tuple(result.images.shape[-2:]), mode="nearest")
     stats = {**result.stats.to_dict(), **info, **req.info, "grid": m.grid, "image_size": m.image_size,
              "sampling": req.sampling.to_dict(), "config": method.to_dict()}
@@ -263,6 +266,7 @@ class MuLoSDARSampler(io.ComfyNode):
     @classmethod
     def execute(cls, target: ModelHandle, class_id, seed, cfg, temperature, top_k, top_p, batch_size, mode,
                 zipar_window, sjd_window, conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
+        check_choices(cls, mode=mode)
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
         method = MethodConfig(method=mode, zipar_window=zipar_window, sjd_window=sjd_window)
         info = {"sampler": "AR", "target": target.name, "drafter": None, "ratio": None}

@@ -35,7 +35,7 @@ def test_verifier_recheck_input(pack):
     assert out.recheck == 4 and out.recheck_scope == presets.MULO_RECHECK_SCOPE
     out = MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "recheck_scope": "all"})).result[0]
     assert (out.recheck, out.recheck_scope) == (4, "all")
-    with pytest.raises(ValueError, match="recheck_scope must be one of"):
+    with pytest.raises(ValueError, match=r"recheck_scope: expected one of \[.drafts., .all.\], got .everything."):
         MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck_scope": "everything"}))
     with pytest.raises(ValueError, match="recheck needs the mulo or greedy rule"):
         MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "rule": "exact"}))
