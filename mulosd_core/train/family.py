@@ -566,6 +566,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.threads:
         torch.set_num_threads(args.threads)
+    # Denormal floats (tiny gradients late in training) slow CPU convolutions down many times over.
+    torch.set_flush_denormal(True)
     stages = [s for s in args.stages.split(",") if s]
     train_family(args.preset, args.out, args.work, args.device, stages or None, args.jobs, args.family)
 
