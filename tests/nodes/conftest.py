@@ -45,13 +45,13 @@ def pack():
     return _import_pack()
 
 
-def _save_family(folder: Path) -> dict:
+def _save_family(folder: Path, vq_seed: int = 1000) -> dict:
     """A tiny c2i family: target grid 8 (32 px), drafter grid 4 (16 px), same-res drafter, shared VQ."""
     from mulosd_core.models.checkpoints import save_safetensors
     from mulosd_core.testing import tiny_gpt, tiny_vq
 
     folder.mkdir(parents=True, exist_ok=True)
-    vq = tiny_vq(seed=1000, codebook_size=64, downsample=4)
+    vq = tiny_vq(seed=vq_seed, codebook_size=64, downsample=4)
     save_safetensors(vq.state_dict(), str(folder / "vq.safetensors"), {"mulosd_config": vq.config.to_dict(), "kind": "vq"})
     for name, grid, seed in (("target", 8, 0), ("drafter", 4, 1), ("sd_drafter", 8, 2)):
         gpt = tiny_gpt(seed, vocab_size=64, num_classes=10)
@@ -76,6 +76,7 @@ def tiny_models(pack, tmp_path_factory):
     loaders = importlib.import_module("mulosd_pack.nodes.loaders")
     base = tmp_path_factory.mktemp("mulosd-models")
     _save_family(base / "models" / "embedded")
+    _save_family(base / "models" / "embedded" / "patterns", vq_seed=2000)   # a second shipped family, own tokenizer
     user = base / "user"
     user.mkdir()
     torch.save(tiny_gpt(5, vocab_size=64, num_classes=10).state_dict(), user / "c2i_tiny_32.pt")

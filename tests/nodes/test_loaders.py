@@ -31,6 +31,16 @@ def test_lists_embedded_and_user_files(loaders):
     assert target["vq_name"].options[0] == "auto"
 
 
+def test_auto_vq_of_a_family_in_a_sub_folder_is_its_own(loaders):
+    """embedded/patterns/* (the second shipped family) load with the tokenizer beside them, not the default's."""
+    assert "embedded/patterns/target.safetensors" in loaders.gpt_files()
+    auto = run(loaders.MuLoSDLoadTarget, "embedded/patterns/target.safetensors").result[0].model
+    own = run(loaders.MuLoSDLoadTarget, "embedded/patterns/target.safetensors",
+              vq_name="embedded/patterns/vq.safetensors").result[0].model
+    default = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors").result[0].model
+    assert auto.codebook_id() == own.codebook_id() != default.codebook_id()
+
+
 def test_model_folder_is_appended_not_replaced(loaders):
     import folder_paths
 
