@@ -39,8 +39,9 @@ PAPER = {
 
 
 def default_results(results_dir: str = RESULTS_DIR) -> str | None:
-    """The full (non-quick) embedded run to report: the GPU one when present, else the CPU one."""
-    for name in ("cuda-embedded.json", "cpu-embedded.json"):
+    """The full (non-quick) embedded run to report: the GPU one when present, else the CPU one; the default
+    family's (scenes) before the patterns family's."""
+    for name in ("cuda-embedded.json", "cpu-embedded.json", "cuda-embedded-patterns.json", "cpu-embedded-patterns.json"):
         p = os.path.join(results_dir, name)
         if os.path.isfile(p):
             return p
@@ -63,7 +64,7 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
              f"- date: {result['date']}",
              f"- hardware: {hw['device_name']} ({hw['device']}), {hw['cpu_count']} CPUs, torch {hw['torch']} "
              f"({hw.get('torch_threads', '?')} threads), {hw['platform']}",
-             f"- models: {st['models']} family, target grid {st['grid']} ({st['tokens_per_image']} tokens/image), "
+             f"- models: {st['models']} family {st.get('family', 'patterns')!r}, target grid {st['grid']} ({st['tokens_per_image']} tokens/image), "
              f"dtype {st['dtype']}, batch {st['batch']}, {result['samples']} samples per method "
              f"(sample i: class i mod 12, seed i), warm-up {st['warmup']} run(s) excluded",
              f"- sampling: CFG {st['sampling']['cfg_scale']}, temperature {st['sampling']['temperature']}, "
@@ -115,7 +116,8 @@ def replace_section(readme: str, body: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--results", default=None, help="compare JSON (default: cuda-embedded.json, else cpu-embedded.json)")
+    ap.add_argument("--results", default=None, help="compare JSON (default: cuda-embedded.json, else cpu-embedded.json, "
+                                                     "else the patterns family's runs)")
     ap.add_argument("--readme", default="README.md")
     ap.add_argument("--sweep", default=None, help="sweep JSON (default: the first of PRESET_SWEEPS present; \"\" for none)")
     ap.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date; write nothing")
