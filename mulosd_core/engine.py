@@ -11,7 +11,8 @@ shipped MuLo-SD default (presets.mulo_islands).
                   acceptance rule, local or raster rejection, serial or island resampling,
                   sequential or parallel drafting).
 - "zipar":        target only, next-set schedule (schedules.zipar_schedule).
-- "sjd":          target only, speculative Jacobi window with p/q acceptance.
+- "sjd":          target only, speculative Jacobi window with p/q acceptance; with
+                  VerifierConfig(rule="gsd") it is GSD (grouped acceptance, verify.gsd_accept).
 
 The target and the drafter draw from separate random streams (sampling.Streams with
 different offsets), so the target's samples do not depend on how much the drafter drew.
@@ -36,7 +37,7 @@ from .schedules import parallel_draft_schedule, zipar_schedule, jacobi_window
 from .stats import RunStats
 from .upsample import UpsamplerConfig, downsample_rows, learned_net, resolution_ratio, upsample_rows
 
-RULES = ("mulo", "lantern", "exact", "greedy")
+RULES = ("mulo", "lantern", "exact", "greedy", "gsd")
 REJECTIONS = ("local", "raster")
 RESAMPLINGS = ("islands", "serial")
 RECHECK_SCOPES = ("drafts", "all")
@@ -58,6 +59,10 @@ class VerifierConfig:
     resampling: str = "islands"
     lantern_delta: float = 0.1
     lantern_k: int = 0          # 0: upstream's 1000 of 16384 codes, scaled to the codebook (verify.lantern_neighbours)
+    # GSD's group (verify.gsd_group): rank window, probability and squared-distance thresholds (upstream-facts E)
+    gsd_rank_window: int = verify.GSD_RANK_WINDOW
+    gsd_p_thr: float = verify.GSD_P_THR
+    gsd_d_thr: float = verify.GSD_D_THR
     # Our extension, not in the paper: after resampling, verify tokens whose context changed again, in
     # their current context, and resample those that now fail; at most this many rounds (0 = the paper's
     # method). With local rejection it needs the mulo or greedy rule; under raster rejection it is a no-op.
@@ -75,6 +80,8 @@ class VerifierConfig:
         for name, ok, want in (("tau", self.tau >= 0, ">= 0"), ("k_neighbours", self.k_neighbours >= 1, ">= 1"),
                                ("expansion_radius", self.expansion_radius >= 0, ">= 0"),
                                ("lantern_delta", self.lantern_delta >= 0, ">= 0"), ("lantern_k", self.lantern_k >= 0, ">= 0 (0 = scaled to the codebook)"),
+                               ("gsd_rank_window", self.gsd_rank_window >= 0, ">= 0"), ("gsd_p_thr", self.gsd_p_thr >= 0, ">= 0"),
+                               ("gsd_d_thr", self.gsd_d_thr >= 0, ">= 0"),
                                ("recheck", self.recheck >= 0, ">= 0")):
             if not ok:
                 raise ValueError(f"verifier {name} must be {want}, got {getattr(self, name)}")
@@ -126,7 +133,7 @@ def check_pair(target: ImageARModel, drafter: ImageARModel, method: MethodConfig
     if method.upsampler.ratio is not None and method.upsampler.ratio != r:
         raise ValueError(f"upsampler ratio {method.upsampler.ratio} does not match the models: target grid {target.grid} / "
                          f"drafter grid {drafter.grid} = {r}")
-    if r > 1 and method.verifier.rule in ("exact", "lantern"):
+    if r > 1 and method.verifier.rule in ("exact", "lantern", "gsd"):
         raise ValueError(f"acceptance rule {method.verifier.rule!r} needs the drafter's probability of each draft, "
                          f"which an upsampled (r = {r}) draft does not have; use 'mulo' or 'greedy', or a same-resolution drafter")
     if r == 1 and method.parallel_window:
@@ -216,6 +223,8 @@ class _Speculative:
             raw = target.vq.quantize.embedding.weight.detach() if hasattr(target, "vq") else target.codebook()
             self.lantern_k = verify.lantern_neighbours(target.vocab_size, self.v.lantern_k)
             self.nbr = cached_knn_table(raw, min(self.lantern_k + 1, target.vocab_size - 1), include_self=False)
+        elif self.v.rule == "gsd":
+            self.unit_codebook = _unit_codebook(target)
 
     # -- drafter ------------------------------------------------------------------------
     def _context(self, f: int) -> torch.Tensor:
@@ -346,6 +355,8 @@ class _Speculative:
         if rule == "exact":
             p_x = probs.gather(-1, draft[..., None])[..., 0]
             return verify.exact_accept(p_x, q_x, u)
+        if rule == "gsd":
+            return _gsd_accept(self.v, probs, q, draft, self.unit_codebook, u)
         acc, _ = verify.lantern_accept(probs, draft, q_x, self.nbr, self.lantern_k, self.v.lantern_delta, u)
         self._lantern_used = verify.lantern_pool(probs, draft, self.nbr, self.lantern_k, self.v.lantern_delta)[1]
         return acc
@@ -363,7 +374,7 @@ class _Speculative:
                 for b in range(self.B):
                     if int(cut[b]) == j:
                         pb = p[b]
-                        if self.v.rule == "exact":
+                        if self.v.rule in ("exact", "gsd"):
                             pb = verify.residual(pb, q[b, j])
                         elif self.v.rule == "lantern":
                             pb = verify.lantern_reject_update(pb, draft[b, j], self.nbr, self.lantern_k, self._lantern_used[b, j])
@@ -529,8 +540,22 @@ def _run_zipar(target: ImageARModel, cond, sampling, method: MethodConfig, seed,
     return tokens, torch.full_like(tokens, TARGET)
 
 
+def _unit_codebook(target: ImageARModel) -> torch.Tensor:
+    """The target's codebook vectors l2-normalised, the space GSD's distance gate works in (verify.gsd_group)."""
+    return torch.nn.functional.normalize(target.codebook().detach().float(), p=2, dim=-1)
+
+
+def _gsd_accept(v: VerifierConfig, probs, q, draft, unit_codebook, u) -> torch.Tensor:
+    return verify.gsd_accept(probs, q, draft, unit_codebook, u, v.gsd_rank_window, v.gsd_p_thr, v.gsd_d_thr)
+
+
 def _run_sjd(target: ImageARModel, cond, sampling, method: MethodConfig, seed, mask, stats, progress):
-    """Speculative Jacobi decoding (upstream-facts D): a window of L drafts refined by p/q acceptance."""
+    """Speculative Jacobi decoding (upstream-facts D): a window of L drafts refined by p/q acceptance.
+
+    With verifier.rule == "gsd" it is Grouped Speculative Decoding (upstream-facts E): the same drafts,
+    window and uniforms, the test over GSD's group (verify.gsd_accept), the same residual on rejection.
+    Other verifier rules do not apply here (p/q acceptance).
+    """
     tr = _Runner(target, cond, sampling, mask, stats, "target_calls")
     B, N, V, L = tr.rows.rows // (2 if sampling.uses_cfg else 1), target.num_tokens, target.vocab_size, method.sjd_window
     ts = Streams(seed, B, target.device)
@@ -540,6 +565,8 @@ def _run_sjd(target: ImageARModel, cond, sampling, method: MethodConfig, seed, m
     drafts = torch.stack([torch.randint(0, V, (N,), generator=g, device=target.device) for g in ds.gens])
     q = torch.zeros(B, N, V, device=target.device)       # distribution each draft was drawn from
     q.scatter_(-1, drafts[..., None], 1.0)                # fresh drafts: one-hot q (upstream's 'random' init)
+    grouped = method.verifier.rule == "gsd"
+    unit_codebook = _unit_codebook(target) if grouped else None
     logits0 = tr.prefill()
     f = 0
     while f < N:
@@ -553,7 +580,9 @@ def _run_sjd(target: ImageARModel, cond, sampling, method: MethodConfig, seed, m
         x = tokens[:, f:f + n]
         p_x = p.gather(-1, x[..., None])[..., 0]
         q_x = q[:, f:f + n].gather(-1, x[..., None])[..., 0]
-        acc = verify.exact_accept(p_x, q_x, ds.uniform(n))
+        u = ds.uniform(n)
+        acc = (_gsd_accept(method.verifier, p, q[:, f:f + n], x, unit_codebook, u) if grouped
+               else verify.exact_accept(p_x, q_x, u))
         cut = verify.raster_cut(~acc)
         j = int(cut.min())
         stats.drafted += n * B
@@ -641,7 +670,8 @@ def _generate(target, cond, sampling, method, drafter, seed, mask, progress, dec
         res.maps = acceptance_map(torch.full_like(res.tokens, TARGET), target.grid)
         return res
     t0 = time.perf_counter()
-    stats = RunStats(method=method.method, tokens=target.num_tokens)
+    gsd = method.method == "sjd" and method.verifier.rule == "gsd"
+    stats = RunStats(method="gsd" if gsd else method.method, tokens=target.num_tokens)
     with torch.inference_mode():
         if method.method == "speculative":
             tokens, codes = _Speculative(target, drafter, cond, sampling, method, seed, mask, stats, progress).run()

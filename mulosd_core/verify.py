@@ -2,8 +2,9 @@
 
 Pure functions on tensors, no model. Shapes follow docs/ARCHITECTURE.md: probabilities are
 float [..., V] already processed (CFG, temperature, top-k, top-p), draft tokens are Long [...].
-Baseline rules live here too: exact SD (min(1, p/q)), LANTERN's pooled rule (upstream-facts C.2)
-and greedy, so every method in the engine is the same loop with a different rule.
+Baseline rules live here too: exact SD (min(1, p/q)), LANTERN's pooled rule (upstream-facts C.2),
+GSD's grouped rule (upstream-facts E) and greedy, so every method in the engine is the same loop
+with a different rule.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ __all__ = [
     "exact_accept",
     "expand_local",
     "greedy_accept",
+    "gsd_accept",
+    "gsd_group",
     "island_waves",
     "island_waves_batched",
     "label_islands",
@@ -157,6 +160,84 @@ def residual(p: Tensor, q: Tensor) -> Tensor:
     s = r.sum(-1, keepdim=True)
     fallback = _normalise_or_uniform(p)
     return torch.where(s > 0, r / torch.where(s > 0, s, torch.ones_like(s)), fallback)
+
+
+# GSD (So et al., ICCV 2025; upstream-facts E), upstream's constants.
+GSD_RANK_WINDOW = 7     # candidates: tokens ranked within this many places of the draft
+GSD_P_THR = 0.15        # ... whose target probability is within this of p(x)
+GSD_D_THR = 0.5         # ... and whose squared distance to x is below this (see gsd_group)
+
+
+def gsd_group(
+    probs: Tensor,
+    draft: Tensor,
+    codebook: Tensor,
+    rank_window: int = GSD_RANK_WINDOW,
+    p_thr: float = GSD_P_THR,
+    d_thr: float = GSD_D_THR,
+) -> tuple[Tensor, Tensor]:
+    """(candidates Long [..., 2w], member Bool [..., 2w]): GSD's dynamic group of draft x.
+
+    Rank the vocabulary by the target's p, least probable first (ties by index). With x at place
+    k, the candidates are places k-w .. k+w-1: the w tokens just less probable than x, x, and the
+    w-1 just more probable (clipped at the most probable token). A candidate is a member when
+    |p(v) - p(x)| < p_thr and ||c_v - c_x||^2 < d_thr; x always is. Upstream slices its sorted
+    logits the same way; when x is among the w least probable tokens (k < w) the slice start goes
+    negative, counts from the end, the slice comes out empty and upstream falls back to x alone
+    (plain p/q); so do we, and for w = 0.
+
+    Distances. Upstream measures them on Lumina-mGPT's input embedding table (the LM's own learned
+    token vectors, 4096-d, scale unknown to us). We measure them between the VQ codebook vectors
+    l2-normalised (as LlamaGen's and Janus' tokenizers use them, and as MuLo-SD's B_k does, SPEC 2
+    step 3): that is the space the decoder turns into pixels, so it is what "visually similar"
+    means here, and on unit vectors a squared distance is 2 - 2 cos, the same scale for every
+    codebook whatever its size or dimension. We keep upstream's number on that scale: d_thr = 0.5
+    means cosine similarity above 0.75, a quarter of the squared distance between orthogonal codes
+    (4 = no gate). Pass `codebook` already normalised; any [V, D] table works.
+    """
+    V = probs.shape[-1]
+    w = int(rank_window)
+    x = draft.long()
+    if w <= 0:  # upstream's slice is empty: x alone
+        return x.unsqueeze(-1), torch.ones_like(x, dtype=torch.bool).unsqueeze(-1)
+    order = torch.sort(probs, dim=-1, stable=True).indices                 # ascending p, ties by index
+    place = torch.empty_like(order).scatter_(-1, order, torch.arange(V, device=order.device).expand_as(order))
+    k = place.gather(-1, x.unsqueeze(-1))                                   # [..., 1]
+    at = k + torch.arange(-w, w, device=order.device)                       # [..., 2w]
+    valid = (at >= 0) & (at < V) & (k >= w)
+    cand = torch.where(valid, order.gather(-1, at.clamp(0, V - 1)), x.unsqueeze(-1))
+    is_x = cand == x.unsqueeze(-1)
+    p_near = (probs.gather(-1, cand) - probs.gather(-1, x.unsqueeze(-1))).abs() < p_thr
+    cb = codebook.to(probs.device)
+    d_near = (cb[cand] - cb[x].unsqueeze(-2)).pow(2).sum(-1) < d_thr
+    # x joins once: at its own place (slot w) when the window is valid, else at slot 0 (the fallback);
+    # the slots outside the vocabulary hold copies of x and stay out.
+    x_slot = torch.zeros_like(is_x)
+    x_slot[..., 0] = k[..., 0] < w
+    x_slot[..., w] = k[..., 0] >= w
+    member = (valid & p_near & d_near & ~is_x) | x_slot
+    return cand, member
+
+
+def gsd_accept(
+    probs: Tensor,
+    q: Tensor,
+    draft: Tensor,
+    codebook: Tensor,
+    uniform: Tensor,
+    rank_window: int = GSD_RANK_WINDOW,
+    p_thr: float = GSD_P_THR,
+    d_thr: float = GSD_D_THR,
+) -> Tensor:
+    """Bool: GSD's grouped test, accept iff u < min(1, sum_G p / sum_G q) over the group G of
+    `gsd_group` (probs and q [..., V], the target's and the draft's distributions at each draft
+    position). A group of x alone is `exact_accept` bit for bit; after a rejection the engine
+    resamples from `residual(p, q)`, SJD's rule, as upstream does."""
+    cand, member = gsd_group(probs, draft, codebook, rank_window, p_thr, d_thr)
+    m = member.to(torch.float64)
+    p_g = (probs.gather(-1, cand).to(torch.float64) * m).sum(-1)
+    q_g = (q.gather(-1, cand).to(torch.float64) * m).sum(-1)
+    return exact_accept(p_g, q_g, uniform)
 
 
 def greedy_accept(probs: Tensor, draft: Tensor) -> Tensor:

@@ -3,7 +3,7 @@
 Exactness anchors of SPEC section 2: greedy + raster rejection == greedy AR; exact acceptance +
 raster rejection with a same-resolution drafter samples AR's distribution (chi-square, with the
 same test failing on two deliberately wrong samplers); tau > 1 + serial resampling == AR for the
-same seed. Then call counts of the target-only baselines (ZipAR, SJD), statistics and acceptance
+same seed. Then call counts of the target-only baselines (ZipAR, SJD, GSD), statistics and acceptance
 maps, parameter errors, committed positions never rewritten, and the target distributions the
 verifier and resampler use always being the target's given the current tokens.
 """
@@ -301,6 +301,74 @@ def test_sjd_greedy_is_greedy_ar(target4, cfg):
     assert torch.equal(res.tokens, generate_ar(target4, labels, sampling, decode=False).tokens)
 
 
+def gsd(window: int = 16, **group) -> MethodConfig:
+    return MethodConfig(method="sjd", sjd_window=window, verifier=VerifierConfig(rule="gsd", **group))
+
+
+@pytest.mark.parametrize("group", [dict(gsd_rank_window=0), dict(gsd_p_thr=0.0), dict(gsd_d_thr=0.0)])
+@pytest.mark.parametrize("window,batch,cfg", [(3, 2, 3.0), (8, 1, 1.0)])
+def test_gsd_group_of_one_is_sjd(target4, group, window, batch, cfg):
+    """GSD whose groups hold the draft alone is SJD: same drafts, uniforms and residuals, so the same
+    tokens and counters for the same seed."""
+    sampling = SamplingConfig(cfg_scale=cfg, temperature=1.0, top_k=6)
+    labels = torch.tensor([3, 7][:batch])
+    for seed in range(3):
+        a = generate(target4, labels, sampling, MethodConfig(method="sjd", sjd_window=window), seed=seed, decode=False)
+        b = generate(target4, labels, sampling, gsd(window, **group), seed=seed, decode=False)
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.maps, b.maps)
+        sa, sb = a.stats.to_dict(), b.stats.to_dict()
+        for key in ("target_calls", "steps", "drafted", "accepted", "resampled"):
+            assert sa[key] == sb[key], key
+        assert sb["method"] == "gsd" and sa["method"] == "sjd"
+
+
+@pytest.mark.parametrize("cfg", [1.0, 3.0])
+def test_gsd_greedy_is_greedy_ar(target4, cfg):
+    """Under greedy sampling p is one-hot: a draft other than the argmax has p = 0, so the argmax (p = 1)
+    never joins its group while p_thr <= 1 and it is rejected; the residual is the argmax."""
+    sampling = SamplingConfig(cfg_scale=cfg, temperature=0.0)
+    labels = torch.tensor([0, 9])
+    for group in (dict(), dict(gsd_rank_window=4, gsd_p_thr=1.0, gsd_d_thr=4.0)):
+        res = generate(target4, labels, sampling, gsd(5, **group), seed=1, decode=False)
+        assert torch.equal(res.tokens, generate_ar(target4, labels, sampling, decode=False).tokens)
+
+
+@pytest.mark.parametrize("window,batch", [(1, 1), (4, 2), (16, 2)])
+def test_gsd_calls_and_statistics(target4, window, batch):
+    """SJD's bookkeeping holds: one call per iteration plus the prefill, every token accepted or resampled;
+    a wide group (no distance gate, every probability close) accepts at least as often as SJD on average."""
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0)
+    labels = torch.tensor([4, 6][:batch])
+    acc = {"sjd": 0, "gsd": 0}
+    for seed in range(4):
+        target = CountingModel(target4)
+        res = generate(target, labels, sampling, gsd(window, gsd_rank_window=4, gsd_p_thr=1.0, gsd_d_thr=4.0),
+                       seed=seed, decode=False)
+        s = res.stats
+        assert s.target_calls == s.steps + 1 - int(window == 1) == target.calls
+        assert s.accepted + s.resampled == 16 * batch and s.accepted <= s.drafted
+        assert bool(((map_codes(res.maps) == ACCEPTED) | (map_codes(res.maps) == REJECTED)).all())
+        acc["gsd"] += s.accepted
+        acc["sjd"] += generate(target4, labels, sampling, MethodConfig(method="sjd", sjd_window=window),
+                               seed=seed, decode=False).stats.accepted
+    assert acc["gsd"] >= acc["sjd"]
+
+
+def test_gsd_rule_with_a_same_resolution_drafter(models):
+    """The gsd rule also verifies an SD drafter's chain (it has q); with groups of one it is SD's exact rule."""
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=8)
+    labels = torch.tensor([1, 5])
+    runs = [generate(models[4], labels, sampling,
+                     MethodConfig(verifier=VerifierConfig(rule=rule, rejection="raster", **kw), draft_len=4),
+                     drafter=models["same"], seed=2, decode=False)
+            for rule, kw in (("exact", {}), ("gsd", dict(gsd_rank_window=0)))]
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    assert runs[0].stats.accepted == runs[1].stats.accepted
+    grouped = generate(models[4], labels, sampling, MethodConfig(verifier=VerifierConfig(rule="gsd", rejection="raster"),
+                                                                 draft_len=4), drafter=models["same"], seed=2, decode=False)
+    assert grouped.stats.accepted + grouped.stats.resampled == 32
+
+
 # ----------------------------------------------------------------------------- drafting
 @pytest.fixture(scope="module")
 def low4(vq):
@@ -569,7 +637,7 @@ def test_recheck_counts_its_rounds_and_the_steps_that_ran_out(models):
     assert seen[0] == 0 and seen[1] > 0 and seen[16] >= seen[1]
 
 
-@pytest.mark.parametrize("kwargs", [dict(rule="exact"), dict(rule="lantern")])
+@pytest.mark.parametrize("kwargs", [dict(rule="exact"), dict(rule="lantern"), dict(rule="gsd")])
 def test_recheck_needs_a_repeatable_test(kwargs):
     with pytest.raises(ValueError, match="recheck needs the mulo or greedy rule .* set recheck to 0"):
         VerifierConfig(recheck=2, **kwargs)
@@ -589,7 +657,8 @@ def test_recheck_is_a_no_op_under_raster_rejection(models):
     (dict(rule="nope"), "rule"), (dict(rejection="nope"), "rejection"), (dict(resampling="nope"), "resampling"),
     (dict(tau=-0.1), "tau"), (dict(k_neighbours=0), "k_neighbours"), (dict(expansion_radius=-1), "expansion_radius"),
     (dict(lantern_delta=-1.0), "lantern_delta"), (dict(lantern_k=-1), "lantern_k"), (dict(recheck=-1), "recheck"),
-    (dict(recheck_scope="every"), "recheck_scope"),
+    (dict(recheck_scope="every"), "recheck_scope"), (dict(gsd_rank_window=-1), "gsd_rank_window"),
+    (dict(gsd_p_thr=-0.1), "gsd_p_thr"), (dict(gsd_d_thr=-0.1), "gsd_d_thr"),
 ])
 def test_bad_verifier_parameters_are_named(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -1,4 +1,4 @@
-"""verify.py against brute-force definitions (SPEC 2 steps 3-5, upstream-facts C.2)."""
+"""verify.py against brute-force definitions (SPEC 2 steps 3-5, upstream-facts C.2 and E)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from mulosd_core.verify import (
     exact_accept,
     expand_local,
     greedy_accept,
+    gsd_accept,
+    gsd_group,
     island_waves,
     island_waves_batched,
     label_islands,
@@ -203,6 +205,105 @@ def test_greedy_accept_ties_first_index():
     probs = torch.tensor([[[0.4, 0.4, 0.2], [0.1, 0.2, 0.7]]])
     assert greedy_accept(probs, torch.tensor([[0, 2]])).tolist() == [[True, True]]
     assert greedy_accept(probs, torch.tensor([[1, 1]])).tolist() == [[False, False]]
+
+
+# ------------------------------------------------------------------ GSD (upstream-facts E)
+
+
+def brute_gsd_group(p: list[float], x: int, cb: list[list[float]], w: int, p_thr: float, d_thr: float) -> set[int]:
+    """GSD's group by its definition: rank least probable first (ties by index); places k-w .. k+w-1
+    around x's place k, clipped at the top; empty when k < w (upstream's negative slice), then x alone."""
+    order = sorted(range(len(p)), key=lambda v: (p[v], v))
+    k = order.index(x)
+    group = {x}
+    if w == 0 or k < w:
+        return group
+    for v in order[k - w:k + w]:
+        dist = sum((a - b) ** 2 for a, b in zip(cb[v], cb[x]))
+        if abs(p[v] - p[x]) < p_thr and dist < d_thr:
+            group.add(v)
+    return group
+
+
+def rand_unit_codebook(g, V, D=3):
+    return torch.nn.functional.normalize(torch.randn(V, D, generator=g), dim=-1)
+
+
+@SETTINGS
+@given(st.integers(0, 10**6), st.integers(1, 3), st.integers(1, 4), st.integers(2, 12), st.data())
+def test_gsd_group_brute_force(seed, B, n, V, data):
+    g = gen(seed)
+    w = data.draw(st.integers(0, 5))
+    p_thr = data.draw(st.floats(0.0, 1.0))
+    d_thr = data.draw(st.floats(0.0, 4.5))
+    probs = rand_probs(g, B, n, V, sparse=data.draw(st.booleans()))
+    draft = torch.randint(0, V, (B, n), generator=g)
+    cb = rand_unit_codebook(g, V)
+    cand, member = gsd_group(probs, draft, cb, w, p_thr, d_thr)
+    for b in range(B):
+        for i in range(n):
+            got = cand[b, i][member[b, i]].tolist()
+            assert len(got) == len(set(got))                    # nobody twice
+            want = brute_gsd_group(probs[b, i].tolist(), int(draft[b, i]), cb.tolist(), w, p_thr, d_thr)
+            assert set(got) == want
+
+
+@SETTINGS
+@given(st.integers(0, 10**6), st.integers(2, 12), st.data())
+def test_gsd_accept_brute_force(seed, V, data):
+    g = gen(seed)
+    w = data.draw(st.integers(0, 5))
+    p_thr, d_thr = data.draw(st.floats(0.0, 1.0)), data.draw(st.floats(0.0, 4.5))
+    B, n = 2, 4
+    probs, q = rand_probs(g, B, n, V), rand_probs(g, B, n, V, sparse=False)
+    draft = torch.randint(0, V, (B, n), generator=g)
+    cb = rand_unit_codebook(g, V)
+    u = torch.rand(B, n, generator=g)
+    got = gsd_accept(probs, q, draft, cb, u, w, p_thr, d_thr)
+    for b in range(B):
+        for i in range(n):
+            grp = brute_gsd_group(probs[b, i].tolist(), int(draft[b, i]), cb.tolist(), w, p_thr, d_thr)
+            P, Q = sum(float(probs[b, i, v]) for v in grp), sum(float(q[b, i, v]) for v in grp)
+            assert bool(got[b, i]) == (float(u[b, i]) < min(1.0, P / Q))
+
+
+@SETTINGS
+@given(st.integers(0, 10**6), st.integers(2, 12), st.sampled_from(["w", "p", "d"]))
+def test_gsd_group_of_one_is_exact_accept(seed, V, how):
+    """A group of x alone (no rank window, or a threshold of 0) is SJD's p/q test, bit for bit."""
+    g = gen(seed)
+    B, n = 3, 5
+    probs, q = rand_probs(g, B, n, V), rand_probs(g, B, n, V)
+    draft = torch.multinomial(q.view(-1, V), 1, generator=g).view(B, n)
+    cb = rand_unit_codebook(g, V)
+    u = torch.rand(B, n, generator=g)
+    w, p_thr, d_thr = {"w": (0, 0.15, 0.5), "p": (7, 0.0, 0.5), "d": (7, 0.15, 0.0)}[how]
+    _, member = gsd_group(probs, draft, cb, w, p_thr, d_thr)
+    assert (member.sum(-1) == 1).all()
+    p_x, q_x = probs.gather(-1, draft[..., None])[..., 0], q.gather(-1, draft[..., None])[..., 0]
+    assert torch.equal(gsd_accept(probs, q, draft, cb, u, w, p_thr, d_thr), exact_accept(p_x, q_x, u))
+
+
+def test_gsd_small_example():
+    """Tokens 0..7 in increasing p; codes on the unit circle (cos > 0.75 within 41.4 degrees)."""
+    p = torch.tensor([[0.0, 0.01, 0.02, 0.05, 0.10, 0.17, 0.26, 0.39]])
+    deg = torch.tensor([180.0, 120.0, 60.0, 20.0, 90.0, 0.0, -30.0, 5.0]).deg2rad()
+    cb = torch.stack([deg.cos(), deg.sin()], -1)
+
+    def group(x, w=2):
+        cand, member = gsd_group(p, torch.tensor([x]), cb, w, 0.15, 0.5)
+        return sorted(cand[0][member[0]].tolist())
+
+    assert group(5) == [3, 5, 6]      # places 3..6; token 4 is 90 degrees away, token 7 outside the window
+    assert group(7) == [6, 7]         # places 5..7 (clipped at the top); token 5 is 0.22 less probable
+    assert group(1) == [1]            # among the 2 least probable: upstream's empty slice, x alone
+    assert group(5, w=0) == [5]
+    q = torch.zeros(1, 8)
+    q[0, 5] = 1.0                     # a fresh draft: one-hot q, so the test is u < P = 0.48
+    x = torch.tensor([5])
+    assert gsd_accept(p, q, x, cb, torch.tensor([0.47]), 2).tolist() == [True]
+    assert gsd_accept(p, q, x, cb, torch.tensor([0.49]), 2).tolist() == [False]
+    assert exact_accept(p[:, 5], q[:, 5], torch.tensor([0.47])).tolist() == [False]   # SJD: u < 0.17
 
 
 # ------------------------------------------------------------------ geometry
