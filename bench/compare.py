@@ -43,7 +43,7 @@ sampling, grid, tokens_per_image, classes, seeds, real_seed, quality_meaningful,
 "accuracy_ci", "fd", "fd_ci", "nll", "nll_ci", "vs_ar", "kind", "drafter", "config",
 "ratio_reference", "runs": {per-run lists}}}, "checks": {"passed", "failures"}}
 
-`--quick` runs 4 samples of ar, sd, lantern, zipar, sjd, mulo_serial, mulo_islands, mulo_oracle
+`--quick` runs 4 samples of ar, sd, lantern, zipar, sjd, gsd, mulo_serial, mulo_islands, mulo_oracle
 and exits non-zero when a consistency check fails (every run also records the checks): token
 count equals the grid size, accepted + resampled == tokens for local-rejection methods, ratios
 come from this invocation's AR runs, ZipAR's target calls equal `schedules.zipar_nfe`, the oracle
@@ -80,9 +80,9 @@ from mulosd_core.schedules import zipar_nfe
 log = logging.getLogger("bench.compare")
 
 # mulo_no_pooling (k = 1) is left out while the default itself has k = 1 (presets.MULO_K): it would repeat mulo_islands.
-ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_islands", "mulo_paper", "mulo_raster",
+ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_serial", "mulo_islands", "mulo_paper", "mulo_raster",
                "mulo_sequential_draft", "mulo_nearest", "mulo_embedding", "mulo_learned", "mulo_oracle")
-QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "mulo_serial", "mulo_islands", "mulo_oracle")
+QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_serial", "mulo_islands", "mulo_oracle")
 QUICK_SAMPLES = 4
 ORACLE = "mulo_oracle"
 GRID_METHOD = "mulo_islands"       # the image grid shows AR vs this
@@ -578,7 +578,7 @@ def markdown(result: dict) -> str:
             "generate call (per image at batch 1). FD in classifier features against real samples; NLL = mean "
             "per-token -log p under the target with the sampling's CFG/temperature.", "",
             markdown_table(result), "", "## Time split (seconds per image)", "",
-            "ZipAR and SJD have no part timers in the engine: their time is under other.", "",
+            "ZipAR, SJD and GSD have no part timers in the engine: their time is under other.", "",
             time_split_table(result), ""]
     chk = result.get("checks", {})
     out += [f"Consistency checks: {'passed' if chk.get('passed') else 'FAILED'}"]
@@ -665,7 +665,7 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
                      "class_names": list(models.family.class_names), "real_seed": REAL_SEED, "real_samples": len(real),
                      "quality_meaningful": models.quality_meaningful, "method_order": "rotated by one per batch",
                      "wall_time": "engine.generate incl. VQ decode, per image; warm-up excluded",
-                     "time_split_note": "AR: forward counted as verify, loop overhead in other; zipar/sjd have no part "
+                     "time_split_note": "AR: forward counted as verify, loop overhead in other; zipar/sjd/gsd have no part "
                                         "timers (all under other)",
                      "fd_bootstrap": N_BOOT_FD_QUICK if args.quick else N_BOOT_FD, "wall_ratio_ci": WALL_RATIO_CI,
                      "bench_seconds": bench_seconds},

@@ -34,6 +34,7 @@ PAPER = {
     "lantern": "1.59x LlamaGen-XL 512; 1.20x Tar-7B 512; 1.45x Tar-7B 1024",
     "zipar": "up to 91% fewer forwards (Emu3)",
     "sjd": "about 2x",
+    "gsd": "3.7x average, up to 4.3x (Lumina-mGPT, LlamaGen)",
     "mulo_islands": "1.40x LlamaGen-XL 512 (r = 2); 2.03x Tar-7B 512; 5.33x Tar-7B 1024 (r = 4); GenEval within 0.2",
 }
 

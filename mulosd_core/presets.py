@@ -66,6 +66,8 @@ def method_presets() -> dict[str, tuple[MethodConfig, str | None]]:
                                                          lantern_k=LANTERN_K), draft_len=4), "same"),
         "zipar": (MethodConfig(method="zipar", zipar_window=8), None),
         "sjd": (MethodConfig(method="sjd", sjd_window=16), None),
+        # GSD: SJD's window of 16 with grouped acceptance, upstream's rank window 7, p_thr 0.15, d_thr 0.5 (verify.gsd_group)
+        "gsd": (MethodConfig(method="sjd", sjd_window=16, verifier=VerifierConfig(rule="gsd")), None),
         "mulo_serial": (replace(mi, verifier=mulo_verifier(resampling="serial"), parallel_window=0), "low"),
         "mulo_islands": (mi, "low"),
         "mulo_paper": (replace(mi, verifier=mulo_verifier(recheck=0)), "low"),   # without our recheck

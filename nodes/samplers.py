@@ -245,20 +245,22 @@ class MuLoSDARSampler(io.ComfyNode):
         return io.Schema(
             node_id="MuLoSDARSampler", display_name="AR Sampler", category="MuLo-SD/sampling",
             description="Target-only baselines: plain autoregressive sampling (one target call per token), ZipAR "
-                        "(next-set decoding over rows) and speculative Jacobi decoding. The reference MuLo-SD is "
-                        "measured against.",
+                        "(next-set decoding over rows), speculative Jacobi decoding and grouped speculative decoding "
+                        "(GSD). The reference MuLo-SD is measured against.",
             inputs=[
                 MulosdModel.Input("target", tooltip="The model to sample (Load Target)."),
                 CONDITIONING_INPUT,
                 *sampling_inputs(),
                 io.Int.Input("batch_size", default=1, min=1, max=64, tooltip="Images per run (image b uses seed + b)."),
-                io.Combo.Input("mode", options=["ar", "zipar", "sjd"], default="ar",
+                io.Combo.Input("mode", options=["ar", "zipar", "sjd", "gsd"], default="ar",
                                tooltip="ar: one token per call; zipar: next-set decoding, rows start zipar_window tokens "
-                                       "apart; sjd: speculative Jacobi decoding over a window of sjd_window tokens."),
+                                       "apart; sjd: speculative Jacobi decoding over a window of sjd_window tokens; gsd: "
+                                       "the same window, a draft accepted on the target's mass over a group of similar "
+                                       "tokens (grouped speculative decoding)."),
                 io.Int.Input("zipar_window", default=8, min=1, max=1024,
                              tooltip="zipar mode: tokens a row runs ahead of the next before the next row starts."),
                 io.Int.Input("sjd_window", default=16, min=1, max=1024,
-                             tooltip="sjd mode: tokens drafted and verified together per Jacobi iteration."),
+                             tooltip="sjd and gsd modes: tokens drafted and verified together per Jacobi iteration."),
             ],
             outputs=OUTPUTS,
         )
@@ -268,6 +270,8 @@ class MuLoSDARSampler(io.ComfyNode):
                 zipar_window, sjd_window, conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
         check_choices(cls, mode=mode)
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
-        method = MethodConfig(method=mode, zipar_window=zipar_window, sjd_window=sjd_window)
+        grouped = mode == "gsd"   # GSD is SJD with the gsd acceptance rule
+        method = MethodConfig(method="sjd" if grouped else mode, zipar_window=zipar_window, sjd_window=sjd_window,
+                              **({"verifier": VerifierConfig(rule="gsd")} if grouped else {}))
         info = {"sampler": "AR", "target": target.name, "drafter": None, "ratio": None}
         return run(target, req, method, info)

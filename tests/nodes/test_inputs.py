@@ -41,7 +41,7 @@ def test_combo_values_outside_the_options_name_the_input_and_its_choices(tiny_mo
 
     target = load("embedded/target.safetensors", "auto", 0, "cpu", "float32")
     kw = dict(class_id=3, seed=0, cfg=1.0, temperature=1.0, top_k=0, top_p=1.0, batch_size=1, zipar_window=8, sjd_window=16)
-    with pytest.raises(ValueError, match=r"^mode: expected one of \['ar', 'zipar', 'sjd'\], got 'bogus'$"):
+    with pytest.raises(ValueError, match=r"^mode: expected one of \['ar', 'zipar', 'sjd', 'gsd'\], got 'bogus'$"):
         MuLoSDARSampler.execute(target, mode="bogus", **kw)
     with pytest.raises(ValueError, match=r"^kind: expected one of \['pixel', .*\], got 'magic'$"):
         MuLoSDUpsampler.execute(kind="magic", ratio=0, filter="bicubic")

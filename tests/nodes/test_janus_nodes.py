@@ -173,7 +173,7 @@ def test_prompt_node_and_empty_prompt(janus, prompt):
 
 
 # ------------------------------------------------------------------------------ the samplers
-@pytest.mark.parametrize("mode", ["ar", "zipar", "sjd"])
+@pytest.mark.parametrize("mode", ["ar", "zipar", "sjd", "gsd"])
 def test_ar_sampler_with_a_janus_target(models, prompt, mode):
     from mulosd_pack.nodes.samplers import MuLoSDARSampler
 

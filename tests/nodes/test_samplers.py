@@ -104,7 +104,7 @@ def test_pair_errors_before_any_model_runs(models, tiny_models, monkeypatch):
         samplers.MuLoSDSampler.execute(models["drafter"], models["target"], upsampler=up, **mulo_kw())
 
 
-@pytest.mark.parametrize("mode", ["ar", "zipar", "sjd"])
+@pytest.mark.parametrize("mode", ["ar", "zipar", "sjd", "gsd"])
 def test_ar_sampler_modes(models, mode):
     from mulosd_pack.nodes.samplers import MuLoSDARSampler
 

@@ -164,7 +164,7 @@ def test_mulo_sampler_t2i(t2i, conditioning):
     assert s["accepted"] + s["resampled"] == s["tokens"] * s["batch"]
 
 
-@pytest.mark.parametrize("mode", ["ar", "zipar", "sjd"])
+@pytest.mark.parametrize("mode", ["ar", "zipar", "sjd", "gsd"])
 def test_ar_sampler_t2i(t2i, conditioning, mode):
     from mulosd_pack.nodes.samplers import MuLoSDARSampler
 
