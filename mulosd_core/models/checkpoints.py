@@ -93,7 +93,8 @@ def looks_like(path: str) -> str:
         if head.startswith(magic):
             return f"the file is {kind}, not model weights"
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
-        return f"the file is a bare pickle ({size} bytes), damaged or not a PyTorch checkpoint"
+        return (f"the file is a bare pickle stream ({size} bytes), not a PyTorch checkpoint archive; "
+                f"it was not unpickled")
     if len(head) >= 8 and head[8:9] == b"{":
         n = int.from_bytes(head[:8], "little")
         if n > size - 8:

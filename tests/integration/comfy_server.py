@@ -24,6 +24,8 @@ from pathlib import Path
 import requests
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# seconds an HTTP request may take: a server under a loaded 2-core machine can answer slowly
+HTTP_TIMEOUT = float(os.environ.get("MULOSD_HTTP_TIMEOUT", "120"))
 PACK_NAME = "mulosd"  # folder name under custom_nodes/, as the Manager would clone it
 DEFAULT_COMFYUI = Path.home() / ".cache" / "mulosd" / "comfyui"
 CHROMIUM = "/usr/bin/chromium"
@@ -203,11 +205,11 @@ class ComfyServer:
 
     # --- HTTP ------------------------------------------------------------------
     def get(self, path: str, **kw) -> requests.Response:
-        kw.setdefault("timeout", 30)
+        kw.setdefault("timeout", HTTP_TIMEOUT)
         return requests.get(self.url + path, **kw)
 
     def post(self, path: str, json=None, **kw) -> requests.Response:
-        kw.setdefault("timeout", 30)
+        kw.setdefault("timeout", HTTP_TIMEOUT)
         return requests.post(self.url + path, json=json, **kw)
 
     def object_info(self, node_class: str | None = None) -> dict:
@@ -324,6 +326,16 @@ class WsListener:
             msg = self.recv(1.0)
             if msg and msg["type"] == "progress" and msg["data"].get("prompt_id") == prompt_id \
                     and msg["data"]["node"] == node_id:
+                return True
+        return False
+
+    def wait_executing(self, prompt_id: str, node_id: str, timeout: float = 120.0) -> bool:
+        """Wait until `node_id` of this prompt starts executing; False when it did not in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.recv(1.0)
+            if msg and msg["type"] == "executing" and msg["data"].get("prompt_id") == prompt_id \
+                    and msg["data"].get("node") == node_id:
                 return True
         return False
 

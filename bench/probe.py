@@ -1,0 +1,358 @@
+"""Reliability probe: the hostile cases behind the README's Reliability section, against a real ComfyUI.
+
+    python -m bench.probe [--cancel-runs 5] [--out bench/results/probe.md]
+
+Starts a ComfyUI 0.3.75 server with the pack (installed by scripts/setup_comfyui.sh; the same harness
+as tests/integration), then runs each probe as a user of the HTTP API would: bad model files, bad
+parameters, an image size whose run cannot fit, cancels of a batch-8 run of the shipped defaults.
+For every probe it checks that the error is clear (names the input or the file and what is wrong),
+that the server is alive afterwards, and that the next output is identical to one taken before any
+probe (a fixed AR prompt; for the cancels, the cancelled prompt itself against its undisturbed run).
+It prints a table, the cancel latency (from POST /interrupt to the end of the run, median of the
+cancel runs) and the server's memory before and after, and writes them as markdown with --out.
+Exit status 1 when a probe fails. tests/integration/test_reliability.py runs the same probes.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+
+from comfy_server import ComfyServer  # noqa: E402
+
+TARGET, DRAFTER = "embedded/target.safetensors", "embedded/drafter.safetensors"
+REFERENCE_SEED = 31337
+CANCEL_AFTER = 1.0      # seconds after the sampler starts
+CANCEL_LIMIT = 2.0      # a cancelled run must end within this many seconds of the interrupt
+
+
+@dataclass
+class Row:
+    probe: str
+    clear: bool = False        # the error names the input or the file and what is wrong
+    alive: bool = False        # the server still answers
+    identical: bool = False    # the next output equals the undisturbed one
+    detail: str = ""           # the error as the user sees it (shortened), or a measurement
+    numbers: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.clear and self.alive and self.identical
+
+
+# --------------------------------------------------------------------------- graphs
+def node(info: dict, class_type: str, **inputs) -> dict:
+    """An API node with every required widget input at its default, then `inputs`."""
+    values = {}
+    for name, entry in info[class_type]["input"].get("required", {}).items():
+        kind, opts = entry[0], (entry[1] if len(entry) > 1 else {})
+        if isinstance(kind, list):
+            values[name] = opts.get("default", kind[0])
+        elif kind == "COMBO":
+            values[name] = opts.get("default", opts.get("options", [None])[0])
+        elif "default" in opts:
+            values[name] = opts["default"]
+    values.update(inputs)
+    return {"class_type": class_type, "inputs": values}
+
+
+def mulo_graph(info: dict, target: str = TARGET, drafter: str = DRAFTER, **sampler) -> dict:
+    return {"1": node(info, "MuLoSDLoadTarget", model_name=target),
+            "2": node(info, "MuLoSDLoadDrafter", model_name=drafter),
+            "3": node(info, "MuLoSDSampler", drafter=["2", 0], target=["1", 0], **sampler),
+            "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}}}
+
+
+def ar_graph(info: dict, target: str = TARGET, **sampler) -> dict:
+    return {"1": node(info, "MuLoSDLoadTarget", model_name=target),
+            "3": node(info, "MuLoSDARSampler", target=["1", 0], **sampler),
+            "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}}}
+
+
+# --------------------------------------------------------------------------- server helpers
+def images(server: ComfyServer, entry: dict, node_id: str = "4") -> list[bytes]:
+    """The output images as decoded pixel bytes (PNG metadata aside)."""
+    from PIL import Image
+
+    if entry["status"]["status_str"] != "success":
+        raise RuntimeError(json.dumps(entry["status"])[:2000])
+    return [Image.open(io.BytesIO(server.view(im))).tobytes() for im in entry["outputs"][node_id]["images"]]
+
+
+def forget_outputs(server: ComfyServer) -> None:
+    """Make the next prompt execute for real (ComfyUI would reuse cached node outputs)."""
+    server.post("/free", json={"free_memory": True}, timeout=300).raise_for_status()
+    time.sleep(1.5)  # the prompt worker drops its output cache when it wakes up to the flag
+
+
+def failure(server: ComfyServer, graph: dict, timeout: float = 300) -> tuple[str, str]:
+    """Queue `graph`, expecting it to be refused: (where, message). `where` is 'validation' for an HTTP 400
+    (message: every node error's message and details) or the failing node's type for an execution error."""
+    # posted as text: requests refuses NaN in json=, which a hostile client can send all the same
+    r = server.post("/prompt", data=json.dumps({"prompt": graph, "client_id": server.client_id}),
+                    headers={"Content-Type": "application/json"}, timeout=300)
+    try:
+        status, body = r.status_code, r.json()
+    except ValueError:
+        status, body = r.status_code, {"raw": r.text}
+    if status == 400:
+        errs = [f"{e.get('message', '')}: {e.get('details', '')} (input {e.get('extra_info', {}).get('input_name')})"
+                for n in body.get("node_errors", {}).values() for e in n.get("errors", [])]
+        return "validation", " | ".join(errs) or json.dumps(body.get("error"))
+    if status != 200:
+        return f"HTTP {status}", json.dumps(body)[:500]
+    entry = server.wait(body["prompt_id"], timeout=timeout)
+    for kind, data in entry["status"].get("messages", []):
+        if kind == "execution_error":
+            return data["node_type"], f"{data['exception_type']}: {data['exception_message']}"
+    return "no error", entry["status"]["status_str"]
+
+
+def rss(server: ComfyServer) -> int:
+    import psutil
+
+    return psutil.Process(server.pid).memory_info().rss
+
+
+# --------------------------------------------------------------------------- probes
+class _Marker:
+    """Unpickling this would create a file: the proof that no checkpoint code runs."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def bad_files(server: ComfyServer) -> dict[str, tuple[bytes, str]]:
+    """File name -> (content, a phrase the loader's error must contain)."""
+    from PIL import Image
+
+    from mulosd_core.models.registry import embedded_path
+
+    data = Path(embedded_path("target")).read_bytes()
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(png, format="PNG")
+    foreign = io.BytesIO()
+    with zipfile.ZipFile(foreign, "w") as z:
+        z.writestr("notes/readme.txt", "not weights")
+    random = bytes((i * 7919 + 13) % 251 for i in range(8192))
+    text = b"These are not the weights you are looking for.\n" * 4
+    js = json.dumps({"model": {"weight": [1.0, 2.0]}, "image_size": 64}).encode()
+    files = {"truncated.safetensors": (data[: len(data) // 2], "truncated"),
+             "empty.safetensors": (b"", "empty"),
+             "picture.safetensors": (png.getvalue(), "PNG image"),
+             "picture.pt": (png.getvalue(), "PNG image"),
+             "code.pt": (pickle.dumps({"model": _Marker(str(server.base_dir / "code_ran.txt"))}), "pickle"),
+             "tokenizer_as_gpt.safetensors": (Path(embedded_path("vq")).read_bytes(), "VQ tokenizer")}
+    for name, content, word in (("text", text, "text"), ("random", random, "no known weights format"),
+                                ("zip", foreign.getvalue(), "zip archive"), ("json", js, "JSON")):
+        for ext in ("pt", "safetensors"):
+            files[f"{name}.{ext}"] = (content, word)
+    return files
+
+
+class Prober:
+    def __init__(self, server: ComfyServer) -> None:
+        self.server = server
+        self.info = server.object_info()
+        self.reference: list[bytes] | None = None
+        self.undisturbed: dict[tuple, tuple[list[bytes], float]] = {}   # (batch, seed) -> images, seconds
+
+    def reference_graph(self) -> dict:
+        return ar_graph(self.info, batch_size=1, seed=REFERENCE_SEED)
+
+    def take_reference(self) -> None:
+        forget_outputs(self.server)
+        self.reference = images(self.server, self.server.run(self.reference_graph(), timeout=300))
+
+    def after(self, row: Row) -> Row:
+        """Fill in alive and identical: the reference prompt, run for real, gives the reference images."""
+        row.alive = self.server.alive() and self.server.get("/system_stats", timeout=300).status_code == 200
+        if row.alive:
+            forget_outputs(self.server)
+            row.identical = images(self.server, self.server.run(self.reference_graph(), timeout=300)) == self.reference
+        return row
+
+    # -- bad files ---------------------------------------------------------------------------
+    def files(self) -> list[Row]:
+        folder = self.server.base_dir / "models" / "mulosd"
+        folder.mkdir(parents=True, exist_ok=True)
+        files = bad_files(self.server)
+        for name, (content, _) in files.items():
+            (folder / name).write_bytes(content)
+        self.server.get("/object_info/MuLoSDLoadTarget").raise_for_status()  # the list now shows them
+        rows = []
+        for name, (_, word) in files.items():
+            g = ar_graph(self.info, target=name, batch_size=1)
+            g["1"]["inputs"].update(vq_name="embedded/vq.safetensors", image_size=64)  # so the file itself is read
+            where, msg = failure(self.server, g)
+            clear = where == "MuLoSDLoadTarget" and name in msg and word in msg and "MemoryError" not in msg
+            if name == "code.pt":
+                clear = clear and not (self.server.base_dir / "code_ran.txt").exists()
+            rows.append(self.after(Row(f"file {name}", clear, detail=msg)))
+        return rows
+
+    # -- bad parameters ----------------------------------------------------------------------
+    def parameters(self) -> list[Row]:
+        info, rows = self.info, []
+        swapped = mulo_graph(info, target=DRAFTER, drafter=TARGET, batch_size=1)
+        cases = [
+            ("class_id 2.5", ar_graph(info, class_id=2.5), "validation", ["class_id: expected a whole number", "2.5"]),
+            ("class_id 12", ar_graph(info, class_id=12), "MuLoSDARSampler", ["class_id: expected 0..11", "12"]),
+            ("batch_size 0.5", mulo_graph(info, batch_size=0.5), "validation", ["batch_size: expected a whole number"]),
+            ("batch_size 1000", ar_graph(info, batch_size=1000), "validation", ["batch_size", "1000"]),
+            ("cfg NaN", ar_graph(info, cfg=float("nan")), "validation", ["cfg: expected a finite number", "nan"]),
+            ("mode 'bogus'", ar_graph(info, mode="bogus"), "MuLoSDARSampler",
+             ["mode: expected one of ['ar', ", "'bogus'"]),
+            ("image_size 66", ar_graph(info), "MuLoSDLoadTarget", ["image_size: expected a multiple of 4", "66"]),
+            ("drafter larger than target", swapped, "MuLoSDSampler", ["drafter", "grid"]),
+        ]
+        cases[6][1]["1"]["inputs"]["image_size"] = 66
+        for name, graph, want_where, words in cases:
+            where, msg = failure(self.server, graph)
+            rows.append(self.after(Row(f"parameter {name}", where == want_where and all(w in msg for w in words),
+                                       detail=msg)))
+        return rows
+
+    def huge_image(self) -> Row:
+        """image_size 4096 with the AR sampler: refused before sampling, naming the estimate; memory unchanged."""
+        g = ar_graph(self.info, batch_size=1, seed=3)
+        g["1"]["inputs"]["image_size"] = 4096
+        before = rss(self.server)
+        t0 = time.perf_counter()
+        where, msg = failure(self.server, g)
+        seconds = time.perf_counter() - t0
+        after = rss(self.server)
+        words = ["NotEnoughMemory", "image_size (now 4096 px)", "MB are free", "VQ decode/encode"]
+        row = Row("image_size 4096 (AR)", where == "MuLoSDARSampler" and all(w in msg for w in words),
+                  detail=f"refused in {seconds:.1f} s, server RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MB: {msg}",
+                  numbers={"rss_before_mb": before / 2**20, "rss_after_mb": after / 2**20, "seconds": seconds})
+        return self.after(row)
+
+    # -- cancel ------------------------------------------------------------------------------
+    def run_undisturbed(self, batch: int = 8, seed: int = 4242) -> tuple[list[bytes], float]:
+        """The MuLo-SD prompt of the cancel probe run to its end (once; it also loads the drafter)."""
+        if (batch, seed) not in self.undisturbed:
+            forget_outputs(self.server)
+            t0 = time.perf_counter()
+            got = images(self.server, self.server.run(mulo_graph(self.info, batch_size=batch, seed=seed), timeout=900))
+            self.undisturbed[(batch, seed)] = got, time.perf_counter() - t0
+        return self.undisturbed[(batch, seed)]
+
+    def cancel(self, runs: int, batch: int = 8, seed: int = 4242) -> Row:
+        """Cancel a batch-`batch` run of the shipped defaults CANCEL_AFTER s after the sampler starts, `runs`
+        times; latency = POST /interrupt to the run's end (execution_interrupted). Then the same prompt again
+        must give the undisturbed run's images."""
+        prompt = mulo_graph(self.info, batch_size=batch, seed=seed)
+        undisturbed, full = self.run_undisturbed(batch, seed)
+        latencies, ends = [], []
+        for _ in range(runs):
+            forget_outputs(self.server)
+            with self.server.websocket() as ws:
+                status, body = self.server.queue(prompt, client_id=ws.client_id)
+                if status != 200 or not ws.wait_executing(body["prompt_id"], "3", timeout=300):
+                    return Row(f"cancel batch {batch}", detail=f"the sampler never started: {status} {body}")
+                time.sleep(CANCEL_AFTER)
+                t_int = time.perf_counter()
+                self.server.interrupt(body["prompt_id"])
+                rest = ws.collect(body["prompt_id"], timeout=600)
+                latencies.append(time.perf_counter() - t_int)
+                ends.append(rest[-1]["type"])
+        median = statistics.median(latencies)
+        again = images(self.server, self.server.run(prompt, timeout=900))
+        row = Row(f"cancel batch {batch} at {CANCEL_AFTER:.0f} s (x{runs})",
+                  clear=all(e == "execution_interrupted" for e in ends) and median < CANCEL_LIMIT,
+                  alive=self.server.alive(), identical=again == undisturbed,
+                  detail=f"latency median {median:.2f} s (runs {', '.join(f'{x:.2f}' for x in latencies)}); "
+                         f"an undisturbed run takes {full:.1f} s",
+                  numbers={"latency_median_s": median, "latencies_s": latencies, "full_run_s": full})
+        return row
+
+
+def run_probes(server: ComfyServer, cancel_runs: int = 5, only: tuple[str, ...] = ()) -> tuple[list[Row], dict]:
+    """All probes on a started server; returns the rows and the memory figures (MB)."""
+    p = Prober(server)
+    p.take_reference()
+    if cancel_runs and (not only or "cancel" in only):
+        p.run_undisturbed()      # warm-up: every model the probes use is loaded before memory is read
+    forget_outputs(server)
+    mem_before = rss(server)
+    rows: list[Row] = []
+    for part in ("files", "parameters", "huge_image", "cancel"):
+        if only and part not in only or part == "cancel" and not cancel_runs:
+            continue
+        try:
+            got = p.cancel(cancel_runs) if part == "cancel" else getattr(p, part)()
+        except Exception as e:   # a probe that breaks is a failed row, and the others still run
+            got = Row(part, alive=server.alive(), detail=f"the probe itself failed: {type(e).__name__}: {e}"[:500])
+        got = got if isinstance(got, list) else [got]
+        for r in got:
+            print(f"[probe] {r.probe}: clear {r.clear}, alive {r.alive}, identical {r.identical}; {r.detail[:300]}",
+                  file=sys.stderr, flush=True)
+        rows.extend(got)
+    forget_outputs(server)
+    mem_after = rss(server)
+    return rows, {"rss_before_mb": mem_before / 2**20, "rss_after_mb": mem_after / 2**20,
+                  "growth": (mem_after - mem_before) / mem_before}
+
+
+def table(rows: list[Row], memory: dict) -> str:
+    yes = {True: "yes", False: "**NO**"}
+    lines = ["| probe | clear error | server alive | output identical after | what the user sees |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        detail = r.detail.replace("|", "/").replace("\n", " ")
+        lines.append(f"| {r.probe} | {yes[r.clear]} | {yes[r.alive]} | {yes[r.identical]} | "
+                     f"{detail[:160] + ('...' if len(detail) > 160 else '')} |")
+    lines.append("")
+    lines.append(f"Server memory (RSS) after the warm-up (one AR and one batch-8 MuLo-SD run, every model loaded) "
+                 f"{memory['rss_before_mb']:.0f} MB, after the probes "
+                 f"{memory['rss_after_mb']:.0f} MB ({memory['growth']:+.1%}).")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cancel-runs", type=int, default=5, help="cancels of the batch-8 run (0: skip)")
+    ap.add_argument("--only", nargs="*", default=[], choices=["files", "parameters", "huge_image", "cancel"])
+    ap.add_argument("--out", help="write the table as markdown here")
+    ap.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the server to start")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mulosd-probe-") as base:
+        server = ComfyServer(Path(base))
+        try:
+            server.start(ready_timeout=args.ready_timeout)
+            errors = server.pack_import_errors()
+            if errors:
+                print("the pack failed to import:\n" + "\n".join(errors), file=sys.stderr)
+                return 1
+            t0 = time.perf_counter()
+            rows, memory = run_probes(server, args.cancel_runs, tuple(args.only))
+            seconds = time.perf_counter() - t0
+        finally:
+            server.stop()
+    text = table(rows, memory)
+    ok = all(r.ok for r in rows) and memory["growth"] < 0.05
+    summary = (f"{sum(r.ok for r in rows)}/{len(rows)} probes passed in {seconds:.0f} s; memory growth "
+               f"{memory['growth']:+.1%} (limit 5%)")
+    print(text + "\n\n" + summary)
+    if args.out:
+        Path(args.out).write_text("# Reliability probe (`python -m bench.probe`)\n\n" + text + "\n\n" + summary + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
