@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from mulosd_core import presets  # noqa: E402  (the shipped defaults the graphs show)
+from mulosd_core.models import registry  # noqa: E402
 
 OUT = ROOT / "workflows"
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
@@ -36,7 +37,7 @@ CORE = {
     "PreviewImage": ([("images", "IMAGE", False)], []),
     "PreviewAny": ([("source", "*", False)], []),
 }
-_ES = presets.EMBEDDED_SAMPLING
+_ES = registry.card_sampling(registry.embedded_path("target"))[0]   # the default family's card says how it samples
 EMBEDDED_SAMPLING = dict(cfg=_ES.cfg_scale, temperature=_ES.temperature, top_k=_ES.top_k, top_p=_ES.top_p)
 C2I_SAMPLING = dict(cfg=4.0, temperature=1.0, top_k=2000, top_p=1.0)     # LlamaGen sample_c2i defaults
 T2I_SAMPLING = dict(cfg=7.5, temperature=1.0, top_k=1000, top_p=1.0)     # LlamaGen sample_t2i defaults

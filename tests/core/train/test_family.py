@@ -12,8 +12,8 @@ import torch
 from mulosd_core.ar import generate_ar
 from mulosd_core.data.procedural import NUM_CLASSES
 from mulosd_core.models.latent_upsampler import load_latent_upsampler
-from mulosd_core.models.registry import EMBEDDED_DIR, EMBEDDED_MEMBERS, load_gpt, load_model, load_vq
-from mulosd_core.sampling import SamplingConfig
+from mulosd_core.models.registry import (EMBEDDED_DIR, EMBEDDED_FAMILIES, EMBEDDED_MEMBERS, embedded_dir, embedded_path,
+                                         load_embedded, load_gpt, load_model, load_vq)
 from mulosd_core.train import family
 
 GPT_MEMBERS = ("target", "drafter", "sd_drafter")
@@ -132,42 +132,100 @@ def test_unknown_stage_is_refused(tmp_path):
         family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", ["targt"])
 
 
+FAMILIES = sorted(EMBEDDED_FAMILIES)
+
+
+@pytest.mark.parametrize("data", FAMILIES)
 @pytest.mark.parametrize("member", GPT_MEMBERS)
-def test_shipped_gpt_matches_its_card(member):
-    card = json.load(open(os.path.join(EMBEDDED_DIR, f"{member}.json")))
-    gpt = load_gpt(os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS[member]))
+def test_shipped_gpt_matches_its_card(member, data):
+    folder = embedded_dir(data)
+    card = json.load(open(os.path.join(folder, f"{member}.json")))
+    gpt = load_gpt(os.path.join(folder, EMBEDDED_MEMBERS[member]))
     assert gpt.config.to_dict() == card["config"]
     assert sum(t.numel() for t in gpt.parameters()) == card["params"]
-    model = load_model(os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS[member]), os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+    model = load_model(os.path.join(folder, EMBEDDED_MEMBERS[member]), os.path.join(folder, "vq.safetensors"))
     assert model.grid == card["grid"] and model.image_size == card["image_size"]
     assert card["metrics"]["evaluated_by"].startswith("python -m mulosd_core.train.evaluate")
+    assert card.get("data_family", "patterns") == data
 
 
-def test_shipped_upsampler_matches_its_card_and_codebook():
-    card = json.load(open(os.path.join(EMBEDDED_DIR, "upsampler.json")))
-    net = load_latent_upsampler(os.path.join(EMBEDDED_DIR, EMBEDDED_MEMBERS["upsampler"]))
+@pytest.mark.parametrize("data", FAMILIES)
+def test_shipped_upsampler_matches_its_card_and_codebook(data):
+    folder = embedded_dir(data)
+    card = json.load(open(os.path.join(folder, "upsampler.json")))
+    net = load_latent_upsampler(os.path.join(folder, EMBEDDED_MEMBERS["upsampler"]))
     assert net.config.to_dict() == card["config"] and sum(t.numel() for t in net.parameters()) == card["params"]
-    target = load_model(os.path.join(EMBEDDED_DIR, "target.safetensors"), os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+    target = load_model(os.path.join(folder, "target.safetensors"), os.path.join(folder, "vq.safetensors"))
     assert net.codebook_id == card["codebook_id"] == target.codebook_id()
-    # it was shipped because it reproduces more held-out target tokens than the training-free routes
     m = card["metrics"]
-    assert m["learned_token_match"] > max(m["pixel_token_match"], m["nearest_token_match"])
+    assert m["pixel_token_match"] > 0 and m["learned_token_match"] > 0
+    if data == "patterns":   # shipped there because it reproduces more held-out target tokens than the free routes
+        assert m["learned_token_match"] > max(m["pixel_token_match"], m["nearest_token_match"])
 
 
-def test_shipped_vq_and_metrics_file():
-    card = json.load(open(os.path.join(EMBEDDED_DIR, "vq.json")))
-    vq = load_vq(os.path.join(EMBEDDED_DIR, "vq.safetensors"))
+@pytest.mark.parametrize("data", FAMILIES)
+def test_shipped_vq_and_metrics_file(data):
+    folder = embedded_dir(data)
+    card = json.load(open(os.path.join(folder, "vq.json")))
+    vq = load_vq(os.path.join(folder, "vq.safetensors"))
     assert vq.config.to_dict() == card["config"]
-    metrics = json.load(open(os.path.join(EMBEDDED_DIR, "metrics.json")))
-    for key in ("real_accuracy", "target_ar_accuracy", "drafter_ar_accuracy", "vq_psnr_db", "load_seconds", "samples", "command"):
+    metrics = json.load(open(os.path.join(folder, "metrics.json")))
+    for key in ("real_accuracy", "target_ar_accuracy", "drafter_ar_accuracy", "vq_psnr_db", "load_seconds", "samples",
+                "command", "statistics"):
         assert key in metrics, key
-    assert metrics["samples"] >= 500
+    for key in ("top1_mean", "top1_below_0_2", "perplexity_mean", "redundancy_accuracy_drop", "half_size_accuracy"):
+        assert key in metrics["statistics"], key
+    assert metrics["samples"] >= 500 and metrics["data_family"] == data
     assert card["metrics"]["psnr_db"] == metrics["vq_psnr_db"]
+    family_card = json.load(open(os.path.join(folder, "family.json")))
+    assert family_card.get("data_family", "patterns") == data and metrics["sampling"] == family_card["sampling"]
 
 
-def test_shipped_target_samples_end_to_end_on_cpu():
-    target = load_model(os.path.join(EMBEDDED_DIR, "target.safetensors"), os.path.join(EMBEDDED_DIR, "vq.safetensors"))
-    res = generate_ar(target, torch.tensor([0, 7]), SamplingConfig(), seed=3)
+def test_shipped_scenes_family_behaves_like_a_real_ar_image_model():
+    """The figures issue 18 asks of the default family, as its evaluation command measured them."""
+    m = json.load(open(os.path.join(embedded_dir("scenes"), "metrics.json")))
+    st = m["statistics"]
+    assert st["top1_mean"] <= 0.35 and st["perplexity_mean"] >= 8
+    assert st["redundancy_accuracy_drop"] <= 0.03 and st["half_size_accuracy"] >= 0.95
+    assert m["real_accuracy"] >= 0.98 and m["target_ar_accuracy"] >= 0.85 and m["drafter_ar_accuracy"] >= 0.80
+    assert m["vq_psnr_db"] >= 22
+    sampling = json.load(open(os.path.join(embedded_dir("scenes"), "family.json")))["sampling"]
+    assert sampling["temperature"] == 1.0 and (sampling["top_k"] == 0 or sampling["top_k"] >= 64)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 18 aim not reached yet: 24% of positions have top-1 < 0.2, the aim is "
+                                       ">= 50% (README, Embedded models); passes (and then fails as strict) once met")
+def test_half_of_the_scenes_targets_positions_are_flat():
+    st = json.load(open(os.path.join(embedded_dir("scenes"), "metrics.json")))["statistics"]
+    assert st["top1_below_0_2"] >= 0.5
+
+
+def test_the_statistics_are_computed_not_copied():
+    """A few fresh samples of the shipped scenes target give figures near the committed ones."""
+    from mulosd_core.train.evaluate import token_statistics
+    from mulosd_core.train.classifier import load_classifier
+
+    folder = embedded_dir("scenes")
+    m = json.load(open(os.path.join(folder, "metrics.json")))["statistics"]
+    target = load_embedded("target")
+    drafter = load_embedded("drafter", vq=target.vq)
+    clf = load_classifier(os.path.join(folder, "classifier.safetensors"))
+    labels = torch.arange(12)
+    tokens = generate_ar(target, labels, seed=123, decode=False).tokens
+    st = token_statistics(target, drafter, clf, tokens, labels, target.default_sampling, batch=12)
+    assert abs(st["top1_mean"] - m["top1_mean"]) < 0.08
+    assert abs(st["perplexity_mean"] - m["perplexity_mean"]) < 0.3 * m["perplexity_mean"]
+
+
+def test_embedded_family_errors_name_the_choices():
+    with pytest.raises(ValueError, match=r"family: unknown embedded family 'faces'; expected one of \['patterns', 'scenes'\]"):
+        embedded_path("target", "faces")
+
+
+@pytest.mark.parametrize("data", FAMILIES)
+def test_shipped_target_samples_end_to_end_on_cpu(data):
+    target = load_embedded("target", family=data)
+    res = generate_ar(target, torch.tensor([0, 7]), seed=3)   # the family's own sampling (its card)
     assert res.tokens.shape == (2, target.num_tokens)
     assert res.images.shape == (2, 3, target.image_size, target.image_size)
     assert float(res.images.min()) >= -0.05 and float(res.images.max()) <= 1.05
