@@ -258,12 +258,13 @@ def test_learned_route_refuses_another_ratio_or_codebook(grids, learned_file, vq
         check_pair(grids[8], grids[4], MethodConfig(upsampler=UpsamplerConfig(kind="learned", weights="/nonexistent.st")))
 
 
-# ----------------------------------------------------------------------------- on the shipped pair
+# ----------------------------------------------------------------------------- on the shipped patterns pair
 @pytest.fixture(scope="module")
 def embedded_pair():
+    """The patterns pair: these regressions were found on it and are stated in its data and sampling."""
     from mulosd_core.models.registry import load_embedded
-    target = load_embedded("target")
-    return target, load_embedded("drafter", vq=target.vq)
+    target = load_embedded("target", family="patterns")
+    return target, load_embedded("drafter", vq=target.vq, family="patterns")
 
 
 def test_whole_image_coding_keeps_the_drafter_context_in_distribution(embedded_pair):
