@@ -45,7 +45,7 @@ def sampling_inputs() -> list:
     return [
         io.Int.Input("class_id", default=0, min=0, max=100_000,
                      tooltip="The class to draw (class-conditional models); must be below the target's class count "
-                             "(embedded models: 0-9, ImageNet models: 0-999). Ignored by text-to-image models."),
+                             "(embedded models: 0-11, ImageNet models: 0-999). Ignored by text-to-image models."),
         io.Int.Input("seed", default=0, min=0, max=MAX_SEED, control_after_generate=True,
                      tooltip="Random seed; image b of a batch uses seed + b, so batches reproduce single runs."),
         io.Float.Input("cfg", default=d.cfg_scale, min=0.0, max=30.0, step=0.1,
