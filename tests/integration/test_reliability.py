@@ -26,38 +26,8 @@ def info(comfy_server):
     return comfy_server.object_info()
 
 
-def node(info: dict, class_type: str, **inputs) -> dict:
-    """An API node with every required widget input at its default, then `inputs`."""
-    spec = info[class_type]["input"]
-    values = {}
-    for name, entry in spec.get("required", {}).items():
-        kind, opts = entry[0], (entry[1] if len(entry) > 1 else {})
-        if isinstance(kind, list):
-            values[name] = opts.get("default", kind[0])
-        elif kind == "COMBO":
-            values[name] = opts.get("default", opts.get("options", [None])[0])
-        elif "default" in opts:
-            values[name] = opts["default"]
-    values.update(inputs)
-    return {"class_type": class_type, "inputs": values}
-
-
-def mulo_graph(info: dict, target: str = "embedded/target.safetensors", drafter: str = "embedded/drafter.safetensors",
-               **sampler) -> dict:
-    return {
-        "1": node(info, "MuLoSDLoadTarget", model_name=target),
-        "2": node(info, "MuLoSDLoadDrafter", model_name=drafter),
-        "3": node(info, "MuLoSDSampler", drafter=["2", 0], target=["1", 0], **sampler),
-        "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}},
-    }
-
-
-def ar_graph(info: dict, target: str = "embedded/target.safetensors", **sampler) -> dict:
-    return {
-        "1": node(info, "MuLoSDLoadTarget", model_name=target),
-        "3": node(info, "MuLoSDARSampler", target=["1", 0], **sampler),
-        "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}},
-    }
+# The probe's graph builders: the test and `python -m bench.probe` send the same graphs.
+node, mulo_graph, ar_graph = probe.node, probe.mulo_graph, probe.ar_graph
 
 
 def images(server, entry: dict, node_id: str = "4") -> list[np.ndarray]:
