@@ -41,6 +41,7 @@ RULES = ("mulo", "lantern", "exact", "greedy", "gsd")
 REJECTIONS = ("local", "raster")
 RESAMPLINGS = ("islands", "serial")
 RECHECK_SCOPES = ("drafts", "all")
+WAVE_FEEDS = ("local", "span")
 METHODS = ("ar", "speculative", "zipar", "sjd")
 DRAFTER_STREAM = 1   # Streams offset of the drafter and of acceptance uniforms
 
@@ -70,11 +71,16 @@ class VerifierConfig:
     # What a recheck round verifies again: "drafts" (accepted drafts whose context changed after they were
     # verified) or "all" (also resampled tokens whose context changed after they were sampled).
     recheck_scope: str = "drafts"
+    # How a resampling wave reaches the target (see _Speculative._resample_local): "local" feeds only the
+    # tokens that changed and those whose logits the wave reads (about an AR call per wave); "span"
+    # re-feeds the chunk from the first changed token, so every resampled token sees exact K/V.
+    wave_feed: str = "local"
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("rule", self.rule, RULES), ("rejection", self.rejection, REJECTIONS),
                                      ("resampling", self.resampling, RESAMPLINGS),
-                                     ("recheck_scope", self.recheck_scope, RECHECK_SCOPES)):
+                                     ("recheck_scope", self.recheck_scope, RECHECK_SCOPES),
+                                     ("wave_feed", self.wave_feed, WAVE_FEEDS)):
             if value not in allowed:
                 raise ValueError(f"verifier {name} must be one of {allowed}, got {value!r}")
         for name, ok, want in (("tau", self.tau >= 0, ">= 0"), ("k_neighbours", self.k_neighbours >= 1, ">= 1"),
@@ -475,6 +481,8 @@ class _Speculative:
             waves = [[(b, p) for b in flat[:, p].nonzero().flatten().tolist()] for p in flat.any(0).nonzero().flatten().tolist()]
         else:
             waves = [w.tolist() for w in verify.island_waves_batched(region)]
+        if self.v.wave_feed == "local":
+            return self._resample_local(waves, base, f, probs)
         # Invariant: tokens before kv_ok have current K/V and logits are current for positions <= kv_ok.
         kv_ok = e - 1
         lo = f
@@ -497,6 +505,45 @@ class _Speculative:
         # Resampled tokens from kv_ok on were fed with their old values (and everything after them
         # attended those): the next verify call must re-feed them before reading any logits.
         self.t_stale = kv_ok
+        return len(waves)
+
+    def _resample_local(self, waves: list[list[list[int]]], base: int, lo: int, probs: torch.Tensor) -> int:
+        """Island waves that feed only what changed (VerifierConfig.wave_feed = "local").
+
+        Wave 1 reads the verify call's distributions, which are current (nothing changed yet). Each later
+        wave makes one call that feeds the tokens the previous wave sampled (their K/V were written with
+        the old drafts) and the token before every position it samples (to read that position's logits);
+        every other token of the chunk keeps the K/V of the verify call. So a wave costs about one AR call
+        per island instead of a re-read of the chunk from the first change on; the price is that a
+        resampled token sees accepted tokens whose deeper-layer K/V still reflect the old drafts before
+        it. Serial resampling with everything rejected still reproduces AR exactly (nothing in between
+        is accepted). The committed K/V are exact: the next verify re-feeds from the first change.
+        """
+        previous: list[int] = []
+        exact = None   # first slot whose K/V no longer match the tokens before it (None: all do)
+        for i, wave in enumerate(waves):
+            pos = [(b, base + p) for b, p in wave]
+            if i:
+                slots = sorted(set(previous) | {p - 1 for _, p in pos})
+                new = self.tr.probs(self.tr.feed(self.tokens[:, slots], self.tr.positions[slots]))
+                for j, s in enumerate(slots):
+                    if s + 1 - lo < probs.shape[1]:
+                        probs[:, s + 1 - lo] = new[:, j]
+                fed = set(slots)
+                while exact in fed:   # a slot fed on top of exact K/V is exact too
+                    exact += 1
+            per_b: dict[int, list[int]] = {}
+            for b, p in pos:
+                per_b.setdefault(b, []).append(p)
+            self.clock += 2
+            for b, ps in per_b.items():
+                self._sample_at(probs, b, ps, lo)
+                self.decided[b, ps] = self.clock - 1
+                self.changed[b, ps] = self.clock
+            previous = sorted({p for _, p in pos})
+            exact = previous[0] if exact is None else min(exact, previous[0])
+        if exact is not None:   # the next verify re-feeds from here, so committed K/V are exact
+            self.t_stale = min(self.t_stale, exact)
         return len(waves)
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor]:

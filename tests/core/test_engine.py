@@ -93,9 +93,9 @@ def teacher_forced_probs(model: LlamaGenModel, cond, tokens: torch.Tensor, sampl
 
 
 def spec(rule="mulo", rejection="local", resampling="islands", tau=0.3, k=4, radius=1, recheck=0, scope="drafts",
-         **kw) -> MethodConfig:
+         feed="local", **kw) -> MethodConfig:
     verifier = VerifierConfig(rule=rule, tau=tau, k_neighbours=k, expansion_radius=radius, rejection=rejection,
-                              resampling=resampling, recheck=recheck, recheck_scope=scope)
+                              resampling=resampling, recheck=recheck, recheck_scope=scope, wave_feed=feed)
     kind = kw.pop("kind", "nearest")
     return MethodConfig(method="speculative", verifier=verifier, upsampler=UpsamplerConfig(kind=kind), **kw)
 
@@ -410,9 +410,11 @@ def test_parallel_window_of_a_whole_row_is_sequential_drafting(target4, low2, re
     ("same", "islands", 1, 0, "nearest"), (2, "serial", 0, 1, "pixel"), (2, "islands", 1, 0, "embedding")])
 def test_local_rejection_is_batch_invariant(models, drafter, resampling, radius, window, kind):
     """Sample i of a batch equals a batch-1 run seeded with seed + i (own random streams per sample;
-    local rejection couples no samples; raster rejection does, by cutting all at the first rejection)."""
+    local rejection couples no samples; raster rejection does, by cutting all at the first rejection).
+    Only with wave_feed "span": a "local" wave feeds the union of the slots the batch's samples need, so
+    one sample's islands refresh K/V that another sample's resampled tokens then read."""
     method = spec(rule="mulo", tau=0.5, k=8, radius=radius, resampling=resampling, rows_per_step=2,
-                  parallel_window=window, kind=kind)
+                  parallel_window=window, kind=kind, feed="span")
     sampling = SamplingConfig(cfg_scale=3.0)
     both = generate(models[4], torch.tensor([3, 5]), sampling, method, drafter=models[drafter], seed=10, decode=False)
     for i, label in enumerate((3, 5)):
@@ -519,8 +521,9 @@ def test_committed_positions_are_never_rewritten(models, drafter, rejection, res
                                                                ("islands", 1, 3.0, 2, 4)])
 def test_target_distributions_are_current(models, monkeypatch, resampling, radius, cfg, seed, recheck):
     """Every distribution the verifier or resampler reads equals the target's distribution given the
-    tokens as they are at that moment. Regression: when a chunk's resampling ended before its last
-    position, the resampled tokens' K/V stayed stale and the next chunk's verify attended them."""
+    tokens as they are at that moment (wave_feed "span"; "local" waves are tested below, and their verify
+    calls are checked here too via _target_probs). Regression: when a chunk's resampling ended before its
+    last position, the resampled tokens' K/V stayed stale and the next chunk's verify attended them."""
     target = models[4]
     sampling = SamplingConfig(cfg_scale=cfg, temperature=1.0)
     labels = torch.tensor([1, 2, 3])
@@ -534,7 +537,8 @@ def test_target_distributions_are_current(models, monkeypatch, resampling, radiu
         return out
 
     monkeypatch.setattr(engine._Speculative, "_target_probs", checked)
-    method = spec(rule="mulo", tau=0.5, k=10, radius=radius, rejection="local", resampling=resampling, recheck=recheck)
+    method = spec(rule="mulo", tau=0.5, k=10, radius=radius, rejection="local", resampling=resampling, recheck=recheck,
+                  feed="span")
     res = generate(target, labels, sampling, method, drafter=models["same"], seed=seed, decode=False)
     # the run has the regression's situation: a chunk (row) before the last one whose last position
     # every sample accepted while some sample resampled an earlier position
@@ -544,6 +548,52 @@ def test_target_distributions_are_current(models, monkeypatch, resampling, radiu
     else:
         assert bool(((rows[:, :, -1] == ACCEPTED).all(0) & (rows != ACCEPTED).any(-1).any(0)).any())
     assert len(errors) >= 4 and max(errors) < 1e-5
+
+
+@pytest.mark.parametrize("cfg,radius", [(1.0, 1), (3.0, 0)])
+def test_local_waves_feed_only_what_changed(models, monkeypatch, cfg, radius):
+    """wave_feed "local": a wave call feeds the tokens the previous wave sampled and the token before each
+    position it samples, nothing else; and the next verify call still sees exact K/V (its distributions
+    are checked against teacher forcing). How much it saves is measured by bench.costs on real chunks."""
+    target = models[8]
+    sampling = SamplingConfig(cfg_scale=cfg, temperature=1.0)
+    labels = torch.tensor([4])
+    fed: dict[str, list[int]] = {}
+    errors: list[float] = []
+    original_wave, original_probs = engine._Speculative._resample_local, engine._Speculative._target_probs
+    for feed in ("span", "local"):
+        sizes = fed.setdefault(feed, [])
+        real = target.forward_tokens
+
+        def counting(tokens, positions, cache, *a, _sizes=sizes, **kw):
+            _sizes.append(len(positions))
+            return real(tokens, positions, cache, *a, **kw)
+
+        waves: list[list[list[int]]] = []
+
+        def recording(self, w, base, lo, probs):
+            waves.append([[base + p for _, p in wave] for wave in w])
+            before = len(sizes)
+            out = original_wave(self, w, base, lo, probs)
+            for i, n in enumerate(sizes[before:], start=1):   # call i serves wave i (wave 0 reads the verify)
+                assert n <= len(waves[-1][i - 1]) + len(waves[-1][i])
+            return out
+
+        def checked(self, lo, hi):
+            out = original_probs(self, lo, hi)
+            ref = teacher_forced_probs(target, labels, self.tokens, sampling)[:, lo:hi]
+            errors.append(float((out - ref).abs().max()))
+            return out
+
+        monkeypatch.setattr(target, "forward_tokens", counting)
+        monkeypatch.setattr(engine._Speculative, "_resample_local", recording)
+        monkeypatch.setattr(engine._Speculative, "_target_probs", checked)
+        method = spec(rule="mulo", tau=0.6, k=4, radius=radius, rows_per_step=1, feed=feed)
+        res = generate(target, labels, sampling, method, drafter=models[2], seed=3, decode=False)
+        monkeypatch.undo()
+        if feed == "local":
+            assert any(len(w) > 1 for w in waves), "the run must resample more than one wave"
+    assert max(errors) < 1e-5
 
 
 # ----------------------------------------------------------------------------- recheck (our extension)
