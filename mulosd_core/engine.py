@@ -32,6 +32,7 @@ from .memory import check_fits, out_of_memory_advice
 from .models.kv_cache import cache_scope
 from .models.protocol import ImageARModel
 from .neighbours import cached_knn_table
+from .recheck import ContextClock
 from .sampling import SamplingConfig, Streams, cfg_combine, process_logits
 from .schedules import parallel_draft_schedule, zipar_schedule, jacobi_window
 from .stats import RunStats
@@ -202,94 +203,91 @@ def map_codes(maps: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------ speculative
 class _Speculative:
     def __init__(self, target, drafter, cond, sampling, method, seed, mask, stats, progress) -> None:
-        self.t, self.d, self.s, self.m, self.stats, self.progress = target, drafter, sampling, method, stats, progress
-        self.r = check_pair(target, drafter, method)
-        self.v = method.verifier
-        self.W, self.N, self.Wq = target.grid, target.num_tokens, drafter.grid
-        self.tr = _Runner(target, cond, sampling, mask, stats, "target_calls")
-        self.dr = _Runner(drafter, cond, sampling, mask, stats, "drafter_calls")
-        self.B = self.tr.rows.rows // (2 if sampling.uses_cfg else 1)
+        self.target, self.drafter, self.sampling, self.method, self.stats, self.progress = target, drafter, sampling, method, stats, progress
+        self.ratio = check_pair(target, drafter, method)
+        self.verifier = method.verifier
+        self.grid, self.num_tokens, self.drafter_grid = target.grid, target.num_tokens, drafter.grid
+        self.target_run = _Runner(target, cond, sampling, mask, stats, "target_calls")
+        self.drafter_run = _Runner(drafter, cond, sampling, mask, stats, "drafter_calls")
+        self.batch = self.target_run.rows.rows // (2 if sampling.uses_cfg else 1)
         dev = target.device
-        self.ts = Streams(seed, self.B, dev)
-        self.ds = Streams(seed, self.B, drafter.device, offset=DRAFTER_STREAM)
-        self.tokens = torch.zeros(self.B, self.N, dtype=torch.long, device=dev)
-        self.codes = torch.full((self.B, self.N), TARGET, dtype=torch.long, device=dev)
-        self.d_cached = torch.full((self.B, drafter.num_tokens), -1, dtype=torch.long, device=drafter.device)
-        self.t_stale = self.N   # first target slot whose K/V a resample left stale (N: none)
-        # For recheck, on one clock: `decided` = when the context a token was judged in (verified or
-        # sampled) was read; `changed` = when its value was last written. A token is stale when a token
-        # before it changed after it was decided; a wave samples after reading its context, so its
-        # tokens change one tick later than they are decided (the islands of one wave see each other stale).
-        self.decided = torch.zeros(self.B, self.N, dtype=torch.long, device=dev)
-        self.changed = torch.zeros(self.B, self.N, dtype=torch.long, device=dev)
-        self.clock = 0
-        if self.v.rule == "mulo":
-            self.nbr = cached_knn_table(target.codebook(), min(self.v.k_neighbours, target.vocab_size), include_self=True)
-        elif self.v.rule == "lantern":
+        self.target_streams = Streams(seed, self.batch, dev)
+        self.drafter_streams = Streams(seed, self.batch, drafter.device, offset=DRAFTER_STREAM)
+        self.tokens = torch.zeros(self.batch, self.num_tokens, dtype=torch.long, device=dev)
+        self.codes = torch.full((self.batch, self.num_tokens), TARGET, dtype=torch.long, device=dev)
+        self.drafter_fed = torch.full((self.batch, drafter.num_tokens), -1, dtype=torch.long, device=drafter.device)
+        self.target_stale = self.num_tokens   # first target slot whose K/V a resample left stale (N: none)
+        self.target_logits0: Optional[torch.Tensor] = None    # prefill logits: the first position's
+        self.drafter_logits0: Optional[torch.Tensor] = None   # distributions, set by run()
+        self.lantern_used: Optional[torch.Tensor] = None      # LANTERN: whether each draft's pool used neighbours
+        self.clock = ContextClock(self.batch, self.num_tokens, dev)   # for recheck rounds (our extension)
+        if self.verifier.rule == "mulo":
+            self.neighbours = cached_knn_table(target.codebook(), min(self.verifier.k_neighbours, target.vocab_size), include_self=True)
+        elif self.verifier.rule == "lantern":
             raw = target.vq.quantize.embedding.weight.detach() if hasattr(target, "vq") else target.codebook()
-            self.lantern_k = verify.lantern_neighbours(target.vocab_size, self.v.lantern_k)
-            self.nbr = cached_knn_table(raw, min(self.lantern_k + 1, target.vocab_size - 1), include_self=False)
-        elif self.v.rule == "gsd":
+            self.lantern_k = verify.lantern_neighbours(target.vocab_size, self.verifier.lantern_k)
+            self.neighbours = cached_knn_table(raw, min(self.lantern_k + 1, target.vocab_size - 1), include_self=False)
+        elif self.verifier.rule == "gsd":
             self.unit_codebook = _unit_codebook(target)
 
     # -- drafter ------------------------------------------------------------------------
     def _context(self, f: int) -> torch.Tensor:
         """The drafter's context: committed target rows, re-encoded at the drafter's resolution."""
-        if self.r == 1:
+        if self.ratio == 1:
             return self.tokens[:, :f]
-        rows = (f // self.W) // self.r * self.r
+        rows = (f // self.grid) // self.ratio * self.ratio
         with self.stats.timer("context"):
-            return downsample_rows(self.m.upsampler, self.d, self.t, self.tokens, rows)
+            return downsample_rows(self.method.upsampler, self.drafter, self.target, self.tokens, rows)
 
     def _sync(self, ctx: torch.Tensor) -> torch.Tensor:
         """Bring the drafter's cache to `ctx`; return raw logits [R, V] predicting position len(ctx)."""
         L = ctx.shape[1]
-        self.dr.model.truncate(self.dr.cache, L)
-        self.d_cached[:, L:] = -1
+        self.drafter_run.model.truncate(self.drafter_run.cache, L)
+        self.drafter_fed[:, L:] = -1
         if L == 0:
-            return self.d_logits0
-        diff = (ctx != self.d_cached[:, :L]).any(0).nonzero()
+            return self.drafter_logits0
+        diff = (ctx != self.drafter_fed[:, :L]).any(0).nonzero()
         start = min(int(diff[0]) if len(diff) else L, L - 1)
-        logits = self.dr.feed(ctx[:, start:], self.dr.positions[start:L])
-        self.d_cached[:, start:L] = ctx[:, start:]
+        logits = self.drafter_run.feed(ctx[:, start:], self.drafter_run.positions[start:L])
+        self.drafter_fed[:, start:L] = ctx[:, start:]
         return logits[:, -1]
 
     def _draft_sequential(self, start: int, n: int, logits: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Draft n tokens from drafter position `start`; returns tokens [B, n] and q [B, n, V] (r = 1)."""
-        toks = torch.empty(self.B, n, dtype=torch.long, device=self.d.device)
-        qs = [] if self.r == 1 else None
+        toks = torch.empty(self.batch, n, dtype=torch.long, device=self.drafter.device)
+        qs = [] if self.ratio == 1 else None
         for j in range(n):
-            q = self.dr.probs(logits)
-            toks[:, j] = torch.stack([_draw(q[b:b + 1], self.s, self.ds, b)[0] for b in range(self.B)])
+            q = self.drafter_run.probs(logits)
+            toks[:, j] = torch.stack([_draw(q[b:b + 1], self.sampling, self.drafter_streams, b)[0] for b in range(self.batch)])
             if qs is not None:
                 qs.append(q)
             if j + 1 < n:
-                logits = self.dr.feed(toks[:, j:j + 1], self.dr.positions[start + j:start + j + 1])[:, 0]
-                self.d_cached[:, start + j] = toks[:, j]
+                logits = self.drafter_run.feed(toks[:, j:j + 1], self.drafter_run.positions[start + j:start + j + 1])[:, 0]
+                self.drafter_fed[:, start + j] = toks[:, j]
         return toks, (torch.stack(qs, 1) if qs is not None else None)
 
     def _draft_parallel(self, row0: int, rows: int, logits0: torch.Tensor) -> torch.Tensor:
         """ZipAR-style drafting of `rows` low-res rows from row `row0` (schedules.parallel_draft_schedule)."""
-        Wq, base = self.Wq, row0 * self.Wq
-        block = torch.zeros(self.B, rows * Wq, dtype=torch.long, device=self.d.device)
-        last_ctx = self.d_cached[:, base - 1] if base > 0 else None
-        for step in parallel_draft_schedule(rows, Wq, self.m.parallel_window):
+        Wq, base = self.drafter_grid, row0 * self.drafter_grid
+        block = torch.zeros(self.batch, rows * Wq, dtype=torch.long, device=self.drafter.device)
+        last_ctx = self.drafter_fed[:, base - 1] if base > 0 else None
+        for step in parallel_draft_schedule(rows, Wq, self.method.parallel_window):
             feeds = [(src, at) for src, at in step.fed if at >= 0]
             out = {}
             if feeds:
                 src_tok = torch.stack([(block[:, s] if s >= 0 else (last_ctx if last_ctx is not None else block[:, 0]))
                                        for s, _ in feeds], 1)
-                slots = torch.tensor([base + at for _, at in feeds], device=self.d.device)
-                lg = self.dr.feed(src_tok, slots)
+                slots = torch.tensor([base + at for _, at in feeds], device=self.drafter.device)
+                lg = self.drafter_run.feed(src_tok, slots)
                 for i, (_, at) in enumerate(feeds):
                     out[at] = lg[:, i]
                 for i, (s, at) in enumerate(feeds):
-                    self.d_cached[:, base + at] = src_tok[:, i] if s == at else -2
+                    self.drafter_fed[:, base + at] = src_tok[:, i] if s == at else -2
             for fi, pos in step.sampled:
                 at = step.fed[fi][1]
                 lg = logits0 if at < 0 else out[at]
-                q = self.dr.probs(lg)
-                block[:, pos] = torch.stack([_draw(q[b:b + 1], self.s, self.ds, b)[0] for b in range(self.B)])
+                q = self.drafter_run.probs(lg)
+                block[:, pos] = torch.stack([_draw(q[b:b + 1], self.sampling, self.drafter_streams, b)[0] for b in range(self.batch)])
         return block
 
     # -- target ---------------------------------------------------------------------------
@@ -298,74 +296,73 @@ class _Speculative:
         parts = []
         a = lo
         if lo == 0:
-            parts.append(self.t_logits0[:, None])
+            parts.append(self.target_logits0[:, None])
             a = 1
         if hi > a:
-            s = min(a - 1, self.t_stale)   # re-feed tokens whose K/V went stale (their logits are dropped)
-            parts.append(self.tr.feed(self.tokens[:, s:hi - 1], self.tr.positions[s:hi - 1])[:, a - 1 - s:])
-            self.t_stale = self.N
-        return self.tr.probs(torch.cat(parts, 1))
+            s = min(a - 1, self.target_stale)   # re-feed tokens whose K/V went stale (their logits are dropped)
+            parts.append(self.target_run.feed(self.tokens[:, s:hi - 1], self.target_run.positions[s:hi - 1])[:, a - 1 - s:])
+            self.target_stale = self.num_tokens
+        return self.target_run.probs(torch.cat(parts, 1))
 
     def _sample_at(self, probs: torch.Tensor, b: int, pos: list[int], base: int) -> None:
-        toks = _draw(probs[b, [p - base for p in pos]], self.s, self.ts, b)
+        toks = _draw(probs[b, [p - base for p in pos]], self.sampling, self.target_streams, b)
         self.tokens[b, pos] = toks
 
     # -- one step -----------------------------------------------------------------------------
     def step(self, f: int) -> int:
-        r, W, Wq = self.r, self.W, self.Wq
+        r, W, Wq = self.ratio, self.grid, self.drafter_grid
         ctx = self._context(f)
         with self.stats.timer("draft"):
             logits = self._sync(ctx)
             if r == 1:
-                e = min(self.N, f + self.m.draft_len) if self.m.draft_len else min(self.N, (f // W + self.m.rows_per_step) * W)
+                e = min(self.num_tokens, f + self.method.draft_len) if self.method.draft_len else min(self.num_tokens, (f // W + self.method.rows_per_step) * W)
                 draft, q = self._draft_sequential(f, e - f, logits)
                 chunk0 = f
             else:
                 row0 = ctx.shape[1] // Wq
-                rows = min(self.m.rows_per_step, self.d.grid - row0)
-                if self.m.parallel_window and rows > 1:
+                rows = min(self.method.rows_per_step, self.drafter.grid - row0)
+                if self.method.parallel_window and rows > 1:
                     low = self._draft_parallel(row0, rows, logits)
                 else:
                     low, _ = self._draft_sequential(ctx.shape[1], rows * Wq, logits)
                 q = None
         if r > 1:
-            if self.m.upsampler.kind == "learned":
-                check_now(self.t)   # a network of its own, not one of the models' calls
+            if self.method.upsampler.kind == "learned":
+                check_now(self.target)   # a network of its own, not one of the models' calls
             with self.stats.timer("upsample"):
-                up = upsample_rows(self.m.upsampler, self.d, self.t, low, rows, ctx)
+                up = upsample_rows(self.method.upsampler, self.drafter, self.target, low, rows, ctx)
             chunk0 = row0 * r * W
-            e = min(self.N, chunk0 + up.shape[1])
+            e = min(self.num_tokens, chunk0 + up.shape[1])
             draft = up[:, f - chunk0:e - chunk0]
         n = e - f
-        self.stats.drafted += n * self.B
+        self.stats.drafted += n * self.batch
         self.tokens[:, f:e] = draft
-        bonus = self.v.rejection == "raster" and e < self.N
+        bonus = self.verifier.rejection == "raster" and e < self.num_tokens
         with self.stats.timer("verify"):
             probs = self._target_probs(f, e + int(bonus))
             accepted = self._accept(probs[:, :n], draft, q)
         self.stats.steps += 1
-        if self.v.rejection == "raster":
+        if self.verifier.rejection == "raster":
             return self._commit_raster(f, e, probs, accepted, draft, q)
         return self._commit_local(f, e, probs, accepted)
 
     def _accept(self, probs: torch.Tensor, draft: torch.Tensor, q: Optional[torch.Tensor]) -> torch.Tensor:
-        if self.m.oracle:
+        if self.method.oracle:
             return torch.ones_like(draft, dtype=torch.bool)
-        rule = self.v.rule
+        rule = self.verifier.rule
         if rule == "greedy":
             return verify.greedy_accept(probs, draft)
         if rule == "mulo":
-            return verify.mulo_accept(probs, draft, self.nbr, self.v.tau)
+            return verify.mulo_accept(probs, draft, self.neighbours, self.verifier.tau)
         q_x = q.gather(-1, draft[..., None])[..., 0]
-        u = self.ds.uniform(draft.shape[1], draft.device)
+        u = self.drafter_streams.uniform(draft.shape[1], draft.device)
         if rule == "exact":
             p_x = probs.gather(-1, draft[..., None])[..., 0]
             return verify.exact_accept(p_x, q_x, u)
         if rule == "gsd":
-            return _gsd_accept(self.v, probs, q, draft, self.unit_codebook, u)
-        acc, _ = verify.lantern_accept(probs, draft, q_x, self.nbr, self.lantern_k, self.v.lantern_delta, u)
-        self._lantern_used = verify.lantern_pool(probs, draft, self.nbr, self.lantern_k, self.v.lantern_delta)[1]
-        return acc
+            return _gsd_accept(self.verifier, probs, q, draft, self.unit_codebook, u)
+        pooled, self.lantern_used = verify.lantern_pool(probs, draft, self.neighbours, self.lantern_k, self.verifier.lantern_delta)
+        return verify.lantern_test(pooled, q_x, u)
 
     def _commit_raster(self, f, e, probs, accepted, draft, q) -> int:
         """Classic rejection: keep the accepted prefix, correct the first rejection, drop the rest."""
@@ -373,46 +370,45 @@ class _Speculative:
         cut = verify.raster_cut(~accepted)              # [B], n where all accepted
         j = int(cut.min())
         self.codes[:, f:f + j] = ACCEPTED
-        self.stats.accepted += j * self.B
+        self.stats.accepted += j * self.batch
         if j < n:  # some sample rejected position f + j
             with self.stats.timer("resample"):
                 p = probs[:, j]
-                for b in range(self.B):
+                for b in range(self.batch):
                     if int(cut[b]) == j:
                         pb = p[b]
-                        if self.v.rule in ("exact", "gsd"):
+                        if self.verifier.rule in ("exact", "gsd"):
                             pb = verify.residual(pb, q[b, j])
-                        elif self.v.rule == "lantern":
-                            pb = verify.lantern_reject_update(pb, draft[b, j], self.nbr, self.lantern_k, self._lantern_used[b, j])
-                        self.tokens[b, f + j] = _draw(pb[None], self.s, self.ts, b)[0]
+                        elif self.verifier.rule == "lantern":
+                            pb = verify.lantern_reject_update(pb, draft[b, j], self.neighbours, self.lantern_k, self.lantern_used[b, j])
+                        self.tokens[b, f + j] = _draw(pb[None], self.sampling, self.target_streams, b)[0]
                         self.codes[b, f + j] = REJECTED
                         self.stats.resampled += 1
                     else:
                         self.codes[b, f + j] = ACCEPTED
                         self.stats.accepted += 1
             return f + j + 1
-        if e < self.N:  # all accepted: the verify call already gives the next token
+        if e < self.num_tokens:  # all accepted: the verify call already gives the next token
             with self.stats.timer("resample"):
-                for b in range(self.B):
+                for b in range(self.batch):
                     self._sample_at(probs, b, [e], f)
                 self.codes[:, e] = TARGET
-                self.stats.resampled += self.B
+                self.stats.resampled += self.batch
             return e + 1
         return e
 
     def _commit_local(self, f, e, probs, accepted) -> int:
         """Local rejection: grow rejections into neighbourhoods, resample them, keep the rest (steps 4-5)."""
-        W = self.W
+        W = self.grid
         r0, r1 = f // W, (e - 1) // W + 1
-        inside = torch.zeros(self.B, (r1 - r0) * W, dtype=torch.bool, device=accepted.device)
+        inside = torch.zeros(self.batch, (r1 - r0) * W, dtype=torch.bool, device=accepted.device)
         inside[:, f - r0 * W:e - r0 * W] = True
         rej = torch.zeros_like(inside)
         rej[:, f - r0 * W:e - r0 * W] = ~accepted
-        region = verify.expand_local(rej.view(self.B, r1 - r0, W), self.v.expansion_radius).view(self.B, -1) & inside
+        region = verify.expand_local(rej.view(self.batch, r1 - r0, W), self.verifier.expansion_radius).view(self.batch, -1) & inside
         base = r0 * W
         self.codes[:, f:e] = ACCEPTED
-        self.clock += 1
-        self.decided[:, f:e] = self.changed[:, f:e] = self.clock
+        self.clock.verified(f, e)
         codes = self.codes[:, base:r1 * W]
         codes[region] = NEIGHBOUR
         codes[rej] = REJECTED
@@ -420,26 +416,20 @@ class _Speculative:
         self.stats.accepted += int(inside.sum()) - n_region
         self.stats.resampled += n_region
         if n_region == 0:
-            self.stats.largest_island.append(0)
+            self.stats.waves.append(0)
             return e
         with self.stats.timer("resample"):
-            waves = self._resample(region.view(self.B, r1 - r0, W), base, f, e, probs)
-            for _ in range(self.v.recheck):
+            waves = self._resample(region.view(self.batch, r1 - r0, W), base, f, e, probs)
+            for _ in range(self.verifier.recheck):
                 more = self._recheck(base, r1 - r0, e)
                 if more is None:
                     break
                 self.stats.recheck_rounds += 1
-                waves = max(waves, more)
+                waves += more
             else:
-                self.stats.recheck_exhausted += int(self.v.recheck > 0)
-        self.stats.largest_island.append(waves)   # one entry per step, recheck rounds included
+                self.stats.recheck_exhausted += int(self.verifier.recheck > 0)
+        self.stats.waves.append(waves)   # one entry per step, recheck rounds' waves added
         return e
-
-    def _stale(self, base: int, e: int) -> torch.Tensor:
-        """[B, e-base]: tokens decided before a token ahead of them in raster order last changed."""
-        c = self.changed[:, base:e]
-        before = torch.cat([torch.zeros_like(c[:, :1]), c.cummax(1).values[:, :-1]], 1)
-        return before > self.decided[:, base:e]
 
     def _recheck(self, base: int, rows: int, e: int) -> Optional[int]:
         """One round of `VerifierConfig.recheck`: the stale tokens in scope are verified again given the
@@ -447,20 +437,19 @@ class _Speculative:
         resampled. Returns the round's resampling waves, None when nothing failed. Tokens before the
         first failure are all current afterwards, so that position moves forward and the rounds end.
         """
-        stale = self._stale(base, e)
-        if self.v.recheck_scope == "drafts":
+        stale = self.clock.stale(base, e)
+        if self.verifier.recheck_scope == "drafts":
             stale &= self.codes[:, base:e] == ACCEPTED
         if not bool(stale.any()):
             return None
         lo = base + int(stale.any(0).nonzero().min())
         probs = self._target_probs(lo, e)
         tokens = self.tokens[:, lo:e]
-        ok = (verify.mulo_accept(probs, tokens, self.nbr, self.v.tau) if self.v.rule == "mulo"
+        ok = (verify.mulo_accept(probs, tokens, self.neighbours, self.verifier.tau) if self.verifier.rule == "mulo"
               else verify.greedy_accept(probs, tokens))
         check = stale[:, lo - base:]
         fail = check & ~ok
-        self.clock += 1
-        self.decided[:, lo:e][check & ok] = self.clock
+        self.clock.confirmed(lo, e, check & ok)
         n_fail = int(fail.sum())
         if n_fail == 0:
             return None
@@ -469,19 +458,19 @@ class _Speculative:
         self.stats.accepted -= drafts
         self.stats.resampled += drafts
         self.stats.rechecked += n_fail
-        region = torch.zeros(self.B, rows * self.W, dtype=torch.bool, device=fail.device)
+        region = torch.zeros(self.batch, rows * self.grid, dtype=torch.bool, device=fail.device)
         region[:, lo - base:e - base] = fail
-        return self._resample(region.view(self.B, rows, self.W), base, lo, e, probs)
+        return self._resample(region.view(self.batch, rows, self.grid), base, lo, e, probs)
 
     def _resample(self, region: torch.Tensor, base: int, f: int, e: int, probs: torch.Tensor) -> int:
         """Serial (raster order, one call each) or island waves (one call per wave for all islands);
         returns the number of waves (serial: positions)."""
-        flat = region.view(self.B, -1)
-        if self.v.resampling == "serial":
+        flat = region.view(self.batch, -1)
+        if self.verifier.resampling == "serial":
             waves = [[(b, p) for b in flat[:, p].nonzero().flatten().tolist()] for p in flat.any(0).nonzero().flatten().tolist()]
         else:
             waves = [w.tolist() for w in verify.island_waves_batched(region)]
-        if self.v.wave_feed == "local":
+        if self.verifier.wave_feed == "local":
             return self._resample_local(waves, base, f, probs)
         # Invariant: tokens before kv_ok have current K/V and logits are current for positions <= kv_ok.
         kv_ok = e - 1
@@ -496,15 +485,14 @@ class _Speculative:
             per_b: dict[int, list[int]] = {}
             for b, p in pos:
                 per_b.setdefault(b, []).append(p)
-            self.clock += 2
             for b, ps in per_b.items():
                 self._sample_at(probs, b, ps, lo)
-                self.decided[b, ps] = self.clock - 1
-                self.changed[b, ps] = self.clock
+                self.clock.sampled(b, ps)
+            self.clock.wave_done()
             kv_ok = min(kv_ok, min(p for _, p in pos))
         # Resampled tokens from kv_ok on were fed with their old values (and everything after them
         # attended those): the next verify call must re-feed them before reading any logits.
-        self.t_stale = kv_ok
+        self.target_stale = kv_ok
         return len(waves)
 
     def _resample_local(self, waves: list[list[list[int]]], base: int, lo: int, probs: torch.Tensor) -> int:
@@ -525,7 +513,7 @@ class _Speculative:
             pos = [(b, base + p) for b, p in wave]
             if i:
                 slots = sorted(set(previous) | {p - 1 for _, p in pos})
-                new = self.tr.probs(self.tr.feed(self.tokens[:, slots], self.tr.positions[slots]))
+                new = self.target_run.probs(self.target_run.feed(self.tokens[:, slots], self.target_run.positions[slots]))
                 for j, s in enumerate(slots):
                     if s + 1 - lo < probs.shape[1]:
                         probs[:, s + 1 - lo] = new[:, j]
@@ -535,27 +523,26 @@ class _Speculative:
             per_b: dict[int, list[int]] = {}
             for b, p in pos:
                 per_b.setdefault(b, []).append(p)
-            self.clock += 2
             for b, ps in per_b.items():
                 self._sample_at(probs, b, ps, lo)
-                self.decided[b, ps] = self.clock - 1
-                self.changed[b, ps] = self.clock
+                self.clock.sampled(b, ps)
+            self.clock.wave_done()
             previous = sorted({p for _, p in pos})
             exact = previous[0] if exact is None else min(exact, previous[0])
         if exact is not None:   # the next verify re-feeds from here, so committed K/V are exact
-            self.t_stale = min(self.t_stale, exact)
+            self.target_stale = min(self.target_stale, exact)
         return len(waves)
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor]:
         with self.stats.timer("verify"):
-            self.t_logits0 = self.tr.prefill()
+            self.target_logits0 = self.target_run.prefill()
         with self.stats.timer("draft"):
-            self.d_logits0 = self.dr.prefill()
+            self.drafter_logits0 = self.drafter_run.prefill()
         f = 0
-        while f < self.N:
+        while f < self.num_tokens:
             f = self.step(f)
             if self.progress is not None:
-                self.progress(f, self.N, self.tokens)
+                self.progress(f, self.num_tokens, self.tokens)
         return self.tokens, self.codes
 
 

@@ -21,7 +21,8 @@ class RunStats:
     recheck_exhausted: int = 0      # steps that spent every recheck round: the last one still resampled, so
                                     # tokens it made stale were not verified again
     steps: int = 0                  # decoding steps (chunks)
-    largest_island: list[int] = field(default_factory=list)
+    waves: list[int] = field(default_factory=list)   # per step: resampling waves (the depth of its largest island),
+                                                     # recheck rounds' waves added
     seconds: dict[str, float] = field(default_factory=lambda: {"total": 0.0})
     peak_memory_bytes: int = 0      # CUDA: peak allocated during the run, summed over the GPUs it used; 0 on CPU
     peak_memory_by_device: dict[str, int] = field(default_factory=dict)   # the same per CUDA device

@@ -27,6 +27,7 @@ __all__ = [
     "lantern_accept",
     "lantern_pool",
     "lantern_reject_update",
+    "lantern_test",
     "mulo_accept",
     "mulo_pooled",
     "raster_cut",
@@ -104,10 +105,15 @@ def lantern_accept(
     q = 0 gives an infinite ratio, i.e. accept iff p~ > 0.
     """
     pooled, _ = lantern_pool(probs, draft, sorted_neighbours, k, delta)
+    return lantern_test(pooled, q_draft, uniform), pooled
+
+
+def lantern_test(pooled: Tensor, q_draft: Tensor, uniform: Tensor) -> Tensor:
+    """Bool: LANTERN's test on an already pooled p~ (see lantern_accept), for callers that also need
+    `lantern_pool`'s second output and so pool once."""
     q = q_draft.to(pooled.dtype)
     ratio = torch.where(q > 0, pooled / q.clamp_min(torch.finfo(pooled.dtype).tiny), torch.full_like(pooled, float("inf")))
-    accepted = (uniform.to(pooled.dtype) <= ratio) & (pooled > 0)
-    return accepted, pooled
+    return (uniform.to(pooled.dtype) <= ratio) & (pooled > 0)
 
 
 def _normalise_or_uniform(p: Tensor) -> Tensor:

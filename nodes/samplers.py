@@ -7,7 +7,7 @@ text, which drafter and target each format themselves). Both return images, acce
 maps and a statistics string (JSON):
 
     method, batch, tokens (grid^2 per image), target_calls, drafter_calls, drafted,
-    accepted, resampled, steps, largest_island (per step), seconds {total, draft, verify,
+    accepted, resampled, steps, waves (resampling calls per step), seconds {total, draft, verify,
     ...}, cache_bytes, peak_memory_bytes (CUDA), tokens_per_target_call, acceptance_rate, resampled_fraction
     (mulosd_core.stats.RunStats), plus sampler, target, drafter, ratio, grid, image_size,
     class_id (c2i) or prompt (t2i, Janus-Pro), seed, sampling {cfg_scale, temperature, top_k,

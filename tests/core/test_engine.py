@@ -447,8 +447,8 @@ def test_statistics_add_up(models, rejection, resampling, drafter):
         assert int(((codes == REJECTED) | (codes == TARGET)).sum()) == s.resampled
     else:
         rows = 1 if drafter == "same" else 2   # one drafted row = 1 target row (r = 1) or 2 (r = 2)
-        assert s.steps == 4 // rows and len(s.largest_island) == s.steps
-        assert 1 + s.steps <= s.target_calls <= 1 + s.steps + sum(s.largest_island)
+        assert s.steps == 4 // rows and len(s.waves) == s.steps
+        assert 1 + s.steps <= s.target_calls <= 1 + s.steps + sum(s.waves)
         assert int(((codes == REJECTED) | (codes == NEIGHBOUR)).sum()) == s.resampled
         assert int((codes == REJECTED).sum()) > 0
     d = s.to_dict()
@@ -619,7 +619,7 @@ def test_recheck_keeps_only_drafts_the_final_context_accepts(models, drafter, re
             assert s.accepted + s.resampled == 16 * len(labels) and int((codes == ACCEPTED).sum()) == s.accepted
             assert int(((codes == REJECTED) | (codes == NEIGHBOUR)).sum()) == s.resampled
             assert s.rechecked <= s.resampled and (recheck or s.rechecked == 0)
-            assert len(s.largest_island) == s.steps
+            assert len(s.waves) == s.steps
     assert stale[0] > 0          # the situation arises without recheck ...
     assert stale[16] == 0        # ... and recheck removes it
 

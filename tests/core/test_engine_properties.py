@@ -106,8 +106,8 @@ def test_engine_random_configurations(cfg):
     if method.verifier.rejection == "raster":
         assert st_.target_calls == 1 + verify_calls
     else:
-        assert len(st_.largest_island) == st_.steps
-        assert 1 + verify_calls <= st_.target_calls <= 1 + verify_calls + sum(st_.largest_island)
+        assert len(st_.waves) == st_.steps
+        assert 1 + verify_calls <= st_.target_calls <= 1 + verify_calls + sum(st_.waves)
     if method.oracle:
         assert st_.target_calls == 1 + verify_calls
         if method.verifier.rejection == "local":
