@@ -309,42 +309,45 @@ class _Speculative:
         self.tokens[b, pos] = toks
 
     # -- one step -----------------------------------------------------------------------------
-    def step(self, f: int) -> int:
-        r, W, Wq = self.ratio, self.grid, self.drafter_grid
-        ctx = self._context(f)
-        with self.stats.timer("draft"):
-            logits = self._sync(ctx)
-            if r == 1:
-                e = min(self.num_tokens, f + self.method.draft_len) if self.method.draft_len else min(self.num_tokens, (f // W + self.method.rows_per_step) * W)
-                draft, q = self._draft_sequential(f, e - f, logits)
-                chunk0 = f
-            else:
-                row0 = ctx.shape[1] // Wq
-                rows = min(self.method.rows_per_step, self.drafter.grid - row0)
-                if self.method.parallel_window and rows > 1:
-                    low = self._draft_parallel(row0, rows, logits)
-                else:
-                    low, _ = self._draft_sequential(ctx.shape[1], rows * Wq, logits)
-                q = None
-        if r > 1:
-            if self.method.upsampler.kind == "learned":
-                check_now(self.target)   # a network of its own, not one of the models' calls
-            with self.stats.timer("upsample"):
-                up = upsample_rows(self.method.upsampler, self.drafter, self.target, low, rows, ctx)
-            chunk0 = row0 * r * W
-            e = min(self.num_tokens, chunk0 + up.shape[1])
-            draft = up[:, f - chunk0:e - chunk0]
-        n = e - f
-        self.stats.drafted += n * self.batch
-        self.tokens[:, f:e] = draft
-        bonus = self.verifier.rejection == "raster" and e < self.num_tokens
+    def step(self, first: int) -> int:
+        """One chunk from position `first`: draft -> upsample -> verify -> (expand -> resample) -> commit.
+        Returns the first position of the next chunk."""
+        draft, q = self._draft(first)
+        end = first + draft.shape[1]
+        self.stats.drafted += draft.numel()
+        self.tokens[:, first:end] = draft
+        bonus = self.verifier.rejection == "raster" and end < self.num_tokens   # raster: the next token's p
         with self.stats.timer("verify"):
-            probs = self._target_probs(f, e + int(bonus))
-            accepted = self._accept(probs[:, :n], draft, q)
+            probs = self._target_probs(first, end + int(bonus))
+            accepted = self._accept(probs[:, :draft.shape[1]], draft, q)
         self.stats.steps += 1
         if self.verifier.rejection == "raster":
-            return self._commit_raster(f, e, probs, accepted, draft, q)
-        return self._commit_local(f, e, probs, accepted)
+            return self._commit_raster(first, end, probs, accepted, draft, q)
+        return self._commit_local(first, end, probs, accepted)
+
+    def _draft(self, first: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Drafts [B, n] for the chunk from `first`, at the target's resolution, and the drafter's
+        distributions they were drawn from [B, n, V] (same-resolution drafter only; None once upsampled)."""
+        ctx = self._context(first)
+        with self.stats.timer("draft"):
+            logits = self._sync(ctx)
+            if self.ratio == 1:
+                rows_end = (first // self.grid + self.method.rows_per_step) * self.grid
+                end = min(self.num_tokens, first + self.method.draft_len if self.method.draft_len else rows_end)
+                return self._draft_sequential(first, end - first, logits)
+            row0 = ctx.shape[1] // self.drafter_grid
+            rows = min(self.method.rows_per_step, self.drafter_grid - row0)
+            if self.method.parallel_window and rows > 1:
+                low = self._draft_parallel(row0, rows, logits)
+            else:
+                low, _ = self._draft_sequential(ctx.shape[1], rows * self.drafter_grid, logits)
+        if self.method.upsampler.kind == "learned":
+            check_now(self.target)   # a network of its own, not one of the models' calls
+        with self.stats.timer("upsample"):
+            up = upsample_rows(self.method.upsampler, self.drafter, self.target, low, rows, ctx)
+        chunk0 = row0 * self.ratio * self.grid   # the low-res rows cover target rows from here
+        end = min(self.num_tokens, chunk0 + up.shape[1])
+        return up[:, first - chunk0:end - chunk0], None
 
     def _accept(self, probs: torch.Tensor, draft: torch.Tensor, q: Optional[torch.Tensor]) -> torch.Tensor:
         if self.method.oracle:
