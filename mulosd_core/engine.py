@@ -2,8 +2,8 @@
 
     generate(target, cond, sampling=None, method=None, drafter=None, seed=0)
 
-sampling=None samples as the target was trained to (its card; ar.model_sampling); method=None is the
-shipped MuLo-SD default (presets.mulo_islands).
+sampling=None samples as the target was trained to (its card; ar.model_sampling); method=None is
+MuLo-SD as shipped for the target's family (presets.mulo_islands; real models: the paper's settings).
 
 - "ar":           one token per target call (the reference sampler in ar.py).
 - "speculative":  draft -> upsample -> verify -> expand -> resample -> commit. SD, LANTERN
@@ -681,8 +681,8 @@ def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = No
     """
     sampling = model_sampling(target, sampling)
     if method is None:
-        from .presets import mulo_islands  # presets imports this module
-        method = mulo_islands()
+        from .presets import model_family, mulo_islands  # presets imports this module
+        method = mulo_islands(model_family(target))
     if method.method == "speculative" and drafter is None:
         raise ValueError("the speculative method needs a drafter model")
     batch = len(cond)

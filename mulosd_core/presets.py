@@ -1,64 +1,104 @@
 """Named method configurations: the paper's methods, baselines and ablations.
 
 One place defines what "mulo_islands" or "lantern" means, so the demo, the benchmark
-and the nodes run the same thing. MuLo-SD's defaults (tau, k, l, w) come from the
-committed sweep (bench/sweep.py -> bench/results/sweep-recheck-embedded.json), not by hand.
+and the nodes run the same thing. MuLo-SD's defaults (tau, k, l, w, rows, recheck) are chosen
+per model family by the committed sweep (bench/sweep.py, MULO_DEFAULTS names the result
+each comes from), not by hand; the engine and the nodes take the target's family.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .engine import MethodConfig, VerifierConfig
 from .sampling import SamplingConfig
 from .upsample import UpsamplerConfig
 
-# Sampling of the embedded family (demo, evaluation, benchmark, embedded workflows). The small
-# CPU-trained GPTs sample best without guidance and with a short top-k: on 120 samples of the
+# Sampling of the patterns family (its card records it too; the scenes card says temperature 1, no
+# top-k). Those small GPTs sample best without guidance and with a short top-k: on 120 samples of the
 # target, cfg 1 / top-k 2 gave 90% class accuracy, top-k 3 83-86%, no top-k 76%, and guidance
 # hurt (cfg 2: 62%, cfg 4: 14%). Real LlamaGen models keep their own defaults (SamplingConfig()).
 EMBEDDED_SAMPLING = SamplingConfig(cfg_scale=1.0, temperature=1.0, top_k=2, top_p=1.0)
 
-# From `python -m bench.sweep --samples 24 --threads 1 --recheck 64 --recheck-scope all --tag
-# sweep-recheck-embedded` on the embedded pair (bench/results/sweep-recheck-embedded.md; 24 samples per
-# setting, so the choice is noisy: the speed-ups within a stage overlap in their intervals). The rule keeps
-# the fastest setting within 3 accuracy points and 15% FD of AR. Under the recheck below every k = 1 setting
-# but tau 0.45 qualifies and no pooled one (k >= 4); every rows value qualifies, 8 (the whole embedded image
-# per step) measured fastest although it makes more target calls than AR. Without the recheck
-# (bench/results/sweep-embedded.md) nothing qualified. Every setting is slower than AR on the CPU.
-MULO_TAU = 0.05
-MULO_K = 1
-MULO_RADIUS = 1
-MULO_WINDOW = 4
-MULO_ROWS = 8
-# Our extension, not in the paper (VerifierConfig.recheck, recheck_scope; 0 rounds = the paper's method):
-# after resampling, every token whose context changed after it was decided is verified again, up to
-# 64 rounds (a cap: a round runs only while something failed). From `python -m bench.sweep
-# --recheck-only --recheck-scope all --samples 24 --threads 1` (bench/results/recheck-all-embedded.md):
-# 16 and 64 rounds are the settings within AR's quality (accuracy 0.875 and 0.917 vs AR 0.875; recheck 0:
-# 0.583), 64 the faster within noise (0.58x vs 0.56x, the same target calls); the full sweep under it is
-# bench/results/sweep-recheck-embedded.md.
-MULO_RECHECK = 64
-MULO_RECHECK_SCOPE = "all"
+
+@dataclass(frozen=True)
+class MuloDefaults:
+    """MuLo-SD's shipped settings for one model family, and the measurement they come from."""
+    tau: float
+    k_neighbours: int
+    expansion_radius: int
+    rows_per_step: int          # low-res rows drafted per step
+    parallel_window: int        # ZipAR-style drafting window (0 = sequential)
+    recheck: int                # our extension (VerifierConfig.recheck); 0 = the paper's method
+    recheck_scope: str
+    source: str
+
+
+# Chosen per family by the sweep (bench/sweep.py); real families (LlamaGen, Janus-Pro) keep "paper".
+MULO_DEFAULTS: dict[str, MuloDefaults] = {
+    # `python -m bench.sweep --family patterns --samples 24 --threads 1 --recheck 64 --recheck-scope all` on the
+    # near-deterministic patterns pair (bench/results/sweep-recheck-embedded.md; 24 samples, noisy): every k = 1
+    # setting but tau 0.45 qualified under the recheck, no pooled one; 8 rows (the whole image per step) fastest.
+    # The recheck: 16 and 64 rounds were within AR's quality (bench/results/recheck-all-embedded.md).
+    "patterns": MuloDefaults(tau=0.05, k_neighbours=1, expansion_radius=1, rows_per_step=8, parallel_window=4,
+                             recheck=64, recheck_scope="all",
+                             source="bench/results/sweep-recheck-embedded.md (24 samples per setting)"),
+    "scenes": MuloDefaults(tau=0.05, k_neighbours=1, expansion_radius=1, rows_per_step=8, parallel_window=4,
+                           recheck=64, recheck_scope="all",
+                           source="not swept yet: the patterns settings"),
+    # The paper's method (no recheck, pixel upsampler, islands, parallel drafting). The sources this project
+    # has give no tau or k for it: these are the values the project started from.
+    "paper": MuloDefaults(tau=0.3, k_neighbours=8, expansion_radius=1, rows_per_step=1, parallel_window=4,
+                          recheck=0, recheck_scope="drafts",
+                          source="the paper's method; tau and k are this project's starting values"),
+}
+PAPER = "paper"
+
+
+def mulo_defaults(family: str | None = None) -> MuloDefaults:
+    """The shipped settings of an embedded family by name (its card's data_family); anything else, a real
+    LlamaGen or Janus-Pro model included (family None), gets the paper's."""
+    if family is None:
+        return MULO_DEFAULTS[PAPER]
+    return MULO_DEFAULTS.get(family, MULO_DEFAULTS[PAPER])
+
+
+def model_family(model) -> str | None:
+    """The embedded family a model belongs to (from its card), None for real models."""
+    return getattr(model, "family", None)
+
+
+# The default embedded family's settings under their old names (the nodes' widget defaults, the sweep).
+_DEFAULT = MULO_DEFAULTS["scenes"]
+MULO_TAU, MULO_K, MULO_RADIUS = _DEFAULT.tau, _DEFAULT.k_neighbours, _DEFAULT.expansion_radius
+MULO_WINDOW, MULO_ROWS = _DEFAULT.parallel_window, _DEFAULT.rows_per_step
+MULO_RECHECK, MULO_RECHECK_SCOPE = _DEFAULT.recheck, _DEFAULT.recheck_scope
 LANTERN_DELTA = 0.1
 LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for the embedded 1024 (verify.lantern_neighbours)
 
 
-def mulo_verifier(**kw) -> VerifierConfig:
-    base = dict(rule="mulo", tau=MULO_TAU, k_neighbours=MULO_K, expansion_radius=MULO_RADIUS,
-                rejection="local", resampling="islands", recheck=MULO_RECHECK, recheck_scope=MULO_RECHECK_SCOPE)
+def mulo_verifier(family: str | None = "scenes", **kw) -> VerifierConfig:
+    """The Local Verifier with a family's shipped settings (mulo_defaults), `kw` overriding."""
+    d = mulo_defaults(family)
+    base = dict(rule="mulo", tau=d.tau, k_neighbours=d.k_neighbours, expansion_radius=d.expansion_radius,
+                rejection="local", resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope)
     base.update(kw)
     return VerifierConfig(**base)
 
 
-def mulo_islands(**kw) -> MethodConfig:
-    """The shipped default: islands resampling + ZipAR-style parallel drafting."""
-    return MethodConfig(verifier=mulo_verifier(**kw), upsampler=UpsamplerConfig(),
-                        rows_per_step=MULO_ROWS, parallel_window=MULO_WINDOW)
+def mulo_islands(family: str | None = "scenes", **kw) -> MethodConfig:
+    """MuLo-SD as shipped for a family: islands resampling + ZipAR-style parallel drafting, pixel upsampler."""
+    d = mulo_defaults(family)
+    return MethodConfig(verifier=mulo_verifier(family, **kw), upsampler=UpsamplerConfig(),
+                        rows_per_step=d.rows_per_step, parallel_window=d.parallel_window)
 
 
 # name -> (method config, which drafter it needs: "low", "same" or None)
-def method_presets() -> dict[str, tuple[MethodConfig, str | None]]:
-    mi = mulo_islands()
+def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfig, str | None]]:
+    """Every named method with MuLo-SD at `family`'s shipped settings ("mulo_paper": the paper's)."""
+    mi = mulo_islands(family)
+
+    def mv(**kw) -> VerifierConfig:
+        return mulo_verifier(family, **kw)
     return {
         "ar": (MethodConfig(method="ar"), None),
         "sd": (MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"), draft_len=4), "same"),
@@ -68,12 +108,13 @@ def method_presets() -> dict[str, tuple[MethodConfig, str | None]]:
         "sjd": (MethodConfig(method="sjd", sjd_window=16), None),
         # GSD: SJD's window of 16 with grouped acceptance, upstream's rank window 7, p_thr 0.15, d_thr 0.5 (verify.gsd_group)
         "gsd": (MethodConfig(method="sjd", sjd_window=16, verifier=VerifierConfig(rule="gsd")), None),
-        "mulo_serial": (replace(mi, verifier=mulo_verifier(resampling="serial"), parallel_window=0), "low"),
+        "mulo_serial": (replace(mi, verifier=mv(resampling="serial"), parallel_window=0), "low"),
         "mulo_islands": (mi, "low"),
-        "mulo_paper": (replace(mi, verifier=mulo_verifier(recheck=0)), "low"),   # without our recheck
+        "mulo_paper": (mulo_islands(PAPER), "low"),
         # ablations (the paper's tables): each switches one thing off the default
-        "mulo_no_pooling": (replace(mi, verifier=mulo_verifier(k_neighbours=1)), "low"),
-        "mulo_raster": (replace(mi, verifier=mulo_verifier(rejection="raster", recheck=0)), "low"),
+        "mulo_no_pooling": (replace(mi, verifier=mv(k_neighbours=1)), "low"),
+        "mulo_raster": (replace(mi, verifier=mv(rejection="raster", recheck=0)), "low"),
+        "mulo_no_recheck": (replace(mi, verifier=mv(recheck=0)), "low"),
         "mulo_sequential_draft": (replace(mi, parallel_window=0), "low"),
         "mulo_nearest": (replace(mi, upsampler=UpsamplerConfig(kind="nearest")), "low"),
         "mulo_embedding": (replace(mi, upsampler=UpsamplerConfig(kind="embedding")), "low"),

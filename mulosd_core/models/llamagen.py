@@ -28,6 +28,7 @@ class LlamaGenModel:
         self.cond_len = gpt.cond_len
         self.model_type = gpt.config.model_type
         self.num_classes = gpt.config.num_classes if self.model_type == "c2i" else 0
+        self.family: Optional[str] = None   # the embedded family its card names (presets.mulo_defaults); None: real
         self._codebook_id: Optional[str] = None
 
     @property

@@ -239,16 +239,29 @@ def card_sampling(gpt_path: str) -> tuple[Optional[SamplingConfig], str]:
             except json.JSONDecodeError as e:
                 raise CheckpointError(f"{where}: not JSON ({e})") from None
             return parse_sampling(raw, where), where
-    card = os.path.join(os.path.dirname(os.path.abspath(gpt_path)), FAMILY_CARD)
-    if os.path.isfile(card):
-        try:
-            with open(card, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{card}: the family card is not readable JSON ({e})") from None
-        if isinstance(data, dict) and "sampling" in data:
-            return parse_sampling(data["sampling"], f"{card} (key sampling)"), card
+    data, card = read_card(gpt_path)
+    if "sampling" in data:
+        return parse_sampling(data["sampling"], f"{card} (key sampling)"), card
     return None, ""
+
+
+def read_card(gpt_path: str) -> tuple[dict, str]:
+    """The family card beside a GPT file, as a dict ({} without one), and its path."""
+    card = os.path.join(os.path.dirname(os.path.abspath(gpt_path)), FAMILY_CARD)
+    if not os.path.isfile(card):
+        return {}, card
+    try:
+        with open(card, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{card}: the family card is not readable JSON ({e})") from None
+    return (data if isinstance(data, dict) else {}), card
+
+
+def card_family(gpt_path: str) -> Optional[str]:
+    """The embedded data family the family card beside a GPT file names ("data_family"), None without one."""
+    family = read_card(gpt_path)[0].get("data_family")
+    return family if isinstance(family, str) else None
 
 
 def load_model(gpt_path: str, vq_path: str, image_size: Optional[int] = None, dtype: torch.dtype = torch.float32,
@@ -274,6 +287,7 @@ def load_model(gpt_path: str, vq_path: str, image_size: Optional[int] = None, dt
         else:
             model.default_sampling = LLAMAGEN_SAMPLING[model.model_type]
             model.sampling_source = f"LlamaGen's published {model.model_type} sampling (no card)"
+    model.family = card_family(gpt_path)
     return model
 
 
