@@ -28,6 +28,7 @@ import torch
 from . import verify
 from .ar import GenerationResult, generate_ar, model_sampling
 from .cancel import Check, check_now, interruptible
+from .conditions import check_condition
 from .memory import check_fits, out_of_memory_advice
 from .models.kv_cache import cache_scope
 from .models.protocol import ImageARModel
@@ -150,6 +151,23 @@ def check_pair(target: ImageARModel, drafter: ImageARModel, method: MethodConfig
     return r
 
 
+def check_run(target: ImageARModel, cond, method: MethodConfig, drafter: Optional[ImageARModel] = None,
+              mask: Optional[torch.Tensor] = None) -> None:
+    """What generate checks before any model runs: the drafter/target pair against the method (check_pair)
+    and the condition against both models (conditions.check_condition). Settings check themselves when
+    their configs are built. Errors name the input: "drafter/target: ...", "class_id: ...", "prompt: ..."."""
+    if method.method == "speculative":
+        if drafter is None:
+            raise ValueError("drafter: the speculative method needs a drafter model; got none")
+        try:
+            check_pair(target, drafter, method)
+        except ValueError as e:
+            raise ValueError(f"drafter/target: {e}") from None
+    check_condition(target, cond, mask, "target")
+    if method.method == "speculative":
+        check_condition(drafter, cond, mask, "drafter")
+
+
 class _Runner:
     """Cache + condition + logits bookkeeping of one model for one run."""
 
@@ -204,7 +222,7 @@ def map_codes(maps: torch.Tensor) -> torch.Tensor:
 class _Speculative:
     def __init__(self, target, drafter, cond, sampling, method, seed, mask, stats, progress) -> None:
         self.target, self.drafter, self.sampling, self.method, self.stats, self.progress = target, drafter, sampling, method, stats, progress
-        self.ratio = check_pair(target, drafter, method)
+        self.ratio = resolution_ratio(target.grid, drafter.grid)   # the pair was checked by generate
         self.verifier = method.verifier
         self.grid, self.num_tokens, self.drafter_grid = target.grid, target.num_tokens, drafter.grid
         self.target_run = _Runner(target, cond, sampling, mask, stats, "target_calls")
@@ -683,8 +701,7 @@ def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = No
     if method is None:
         from .presets import model_family, mulo_islands  # presets imports this module
         method = mulo_islands(model_family(target))
-    if method.method == "speculative" and drafter is None:
-        raise ValueError("the speculative method needs a drafter model")
+    check_run(target, cond, method, drafter, mask)
     batch = len(cond)
     used_drafter = drafter if method.method == "speculative" else None
     target_chunk, drafter_chunk = call_sizes(method, target, used_drafter)

@@ -27,11 +27,10 @@ import torch.nn.functional as F
 from comfy_api.latest import io
 
 from mulosd_core import presets
-from mulosd_core.engine import MethodConfig, VerifierConfig, check_pair, generate
+from mulosd_core.engine import MethodConfig, VerifierConfig, generate
 from mulosd_core.sampling import SamplingConfig
-from mulosd_core.upsample import UpsamplerConfig, resolution_ratio
+from mulosd_core.upsample import UpsamplerConfig
 
-from . import janus
 from .inputs import check_choices
 from .progress import StepProgress
 from .types import (Conditioning, JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel, MulosdUpsampler,
@@ -86,68 +85,35 @@ class Request:
     info: dict                       # class_id / prompt / seed, for the statistics
 
 
-def check_caption(model: ModelHandle, conditioning: Conditioning | JanusPrompt, role: str) -> None:
-    """The caption features must have the length and width the t2i GPT was trained on (120 x 2048 for LlamaGen)."""
-    m = model.model
-    if not isinstance(conditioning, Conditioning):
-        raise ValueError(f"conditioning: expected T5 caption features from a MuLo-SD Text Prompt node for {role} "
-                         f"{model.name}, a LlamaGen text-to-image (t2i) model; got the Janus-Pro prompt "
-                         f"{conditioning.prompt!r} of a Janus Prompt node (it feeds Janus-Pro models only)")
-    want = (m.cond_len, m.gpt.config.caption_dim)
-    got = tuple(conditioning.features.shape[1:])
-    if got != want:
-        raise ValueError(f"conditioning: {role} {model.name} expects {want[0]} caption tokens of width {want[1]} "
-                         f"(LlamaGen t2i: FLAN-T5-XL, 120 x 2048), got {got[0]} x {got[1]} from text encoder "
-                         f"{conditioning.encoder}")
-
-
-def check_janus_prompt(model: ModelHandle, conditioning: Conditioning | JanusPrompt, role: str) -> None:
-    """A non-empty text prompt that fits the model's prompt slots once chat-formatted (tokenises; runs no model)."""
-    m = model.model
-    if not isinstance(conditioning, JanusPrompt):
-        raise ValueError(f"conditioning: expected a prompt from a Janus Prompt node for {role} {model.name}, a "
-                         f"Janus-Pro model; got T5 caption features of {conditioning.prompt!r} from text encoder "
-                         f"{conditioning.encoder} (MuLo-SD Text Prompt feeds LlamaGen t2i models only)")
-    janus.check_prompt(conditioning.prompt)
-    n = len(m.format_prompt(conditioning.prompt))
-    if n > m.cond_len:
-        raise ValueError(f"prompt: expected at most {m.cond_len} tokens once chat-formatted for {role} {model.name}, "
-                         f"got {n}; shorten the prompt")
-
-
-def check_condition(model: ModelHandle, conditioning: Conditioning | JanusPrompt, role: str) -> None:
-    """The conditioning fits the model: caption features of the right size (t2i) or a prompt that fits (Janus-Pro)."""
-    if model.model.model_type == "janus":
-        check_janus_prompt(model, conditioning, role)
-    else:
-        check_caption(model, conditioning, role)
-
-
 def condition(target: ModelHandle, conditioning: Conditioning | JanusPrompt | None, class_id: int,
               batch_size: int) -> tuple[torch.Tensor | list[str], torch.Tensor | None, dict]:
     """c2i: class ids from class_id; t2i: the caption repeated batch_size times; Janus-Pro: the prompt text repeated
-    batch_size times (each model formats it). Mismatches are errors."""
+    batch_size times (each model formats it). Here only which node feeds `conditioning` is checked; whether the
+    condition fits the models (class range, caption size, prompt length) is checked by engine.generate."""
     m = target.model
     if m.model_type == "c2i":
         if conditioning is not None:
             raise ValueError(f"conditioning: expected nothing for {target.name}, a class-conditional (c2i) model that "
                              f"takes class_id; got the caption {conditioning.prompt!r} (disconnect the text prompt)")
-        if not 0 <= class_id < m.num_classes:
-            raise ValueError(f"class_id: expected 0..{m.num_classes - 1} ({target.name} has {m.num_classes} classes), "
-                             f"got {class_id}")
         return torch.full((batch_size,), class_id, dtype=torch.long), None, {"class_id": class_id, "prompt": None}
     if m.model_type == "t2i":
         if conditioning is None:
             raise ValueError(f"conditioning: expected a caption for {target.name}, a text-to-image (t2i) model; got "
                              "nothing (connect Load Text Encoder -> MuLo-SD Text Prompt -> conditioning)")
-        check_caption(target, conditioning, "target")
+        if not isinstance(conditioning, Conditioning):
+            raise ValueError(f"conditioning: expected T5 caption features from a MuLo-SD Text Prompt node for "
+                             f"{target.name}, a LlamaGen text-to-image (t2i) model; got the Janus-Pro prompt "
+                             f"{conditioning.prompt!r} of a Janus Prompt node (it feeds Janus-Pro models only)")
         features, mask = conditioning.batch(batch_size)
         return features, mask, {"class_id": None, "prompt": conditioning.prompt}
     if m.model_type == "janus":
         if conditioning is None:
             raise ValueError(f"conditioning: expected a prompt for {target.name}, a Janus-Pro text-to-image model; got "
                              "nothing (connect a Janus Prompt node to conditioning)")
-        check_janus_prompt(target, conditioning, "target")
+        if not isinstance(conditioning, JanusPrompt):
+            raise ValueError(f"conditioning: expected a prompt from a Janus Prompt node for {target.name}, a "
+                             f"Janus-Pro model; got T5 caption features of {conditioning.prompt!r} from text encoder "
+                             f"{conditioning.encoder} (MuLo-SD Text Prompt feeds LlamaGen t2i models only)")
         return [conditioning.prompt] * batch_size, None, {"class_id": None, "prompt": conditioning.prompt}
     raise ValueError(f"target: expected a c2i, t2i or Janus-Pro model, got {target.name}, a {m.model_type} model")
 
@@ -214,28 +180,12 @@ class MuLoSDSampler(io.ComfyNode):
                 verifier: VerifierConfig | None = None,
                 conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
-        t, d = target.model, drafter.model
-        if d.codebook_id() != t.codebook_id() or d.model_type != t.model_type:
-            # a drafter of another family (another VQ or conditioning, e.g. LlamaGen for Janus-Pro) is refused as such,
-            # with check_pair's message naming both, before its grid is compared with the target's
-            try:
-                check_pair(t, d, MethodConfig())
-            except ValueError as e:
-                raise ValueError(f"drafter/target: {e}") from None
-        try:
-            r = resolution_ratio(target.model.grid, drafter.model.grid)
-        except ValueError as e:
-            raise ValueError(f"drafter: {e}") from None
+        low = drafter.model.grid < target.model.grid   # a low-resolution drafter; generate checks the pair itself
         method = MethodConfig(verifier=verifier or presets.mulo_verifier(), upsampler=upsampler or UpsamplerConfig(),
-                              rows_per_step=rows_per_step, parallel_window=parallel_window if r > 1 else 0,
-                              draft_len=draft_length if r == 1 else 0)
-        try:
-            check_pair(target.model, drafter.model, method)
-        except ValueError as e:
-            raise ValueError(f"drafter/target: {e}") from None
-        if conditioning is not None:
-            check_condition(drafter, conditioning, "drafter")
-        info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name, "ratio": r}
+                              rows_per_step=rows_per_step, parallel_window=parallel_window if low else 0,
+                              draft_len=0 if low else draft_length)
+        info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name,
+                "ratio": target.model.grid // drafter.model.grid}
         return run(target, req, method, info, drafter)
 
 

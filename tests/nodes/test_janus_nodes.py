@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mulosd_core import engine
+
 transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "JanusForConditionalGeneration"):
     pytest.skip("transformers without Janus support", allow_module_level=True)
@@ -220,7 +222,7 @@ def test_greedy_speculative_equals_greedy_ar(models, prompt):
 def no_run(monkeypatch):
     from mulosd_pack.nodes import samplers
 
-    monkeypatch.setattr(samplers, "generate", lambda *a, **k: pytest.fail("a model ran before validation"))
+    monkeypatch.setattr(engine, "_generate", lambda *a, **k: pytest.fail("a model ran before validation"))
     return samplers
 
 

@@ -4,6 +4,8 @@ import json
 import pytest
 import torch
 
+from mulosd_core import engine
+
 
 @pytest.fixture(scope="module")
 def models(tiny_models):
@@ -88,11 +90,11 @@ def test_pair_errors_before_any_model_runs(models, tiny_models, monkeypatch):
     from mulosd_pack.nodes import samplers
     from mulosd_pack.nodes.loaders import load
 
-    monkeypatch.setattr(samplers, "generate", lambda *a, **k: pytest.fail("a model ran before validation"))
+    monkeypatch.setattr(engine, "_generate", lambda *a, **k: pytest.fail("a model ran before validation"))
     other = load("embedded/drafter.safetensors", "vq_other.safetensors", 0, "cpu", "float32")
     with pytest.raises(ValueError, match="drafter/target: .*different codebooks"):
         samplers.MuLoSDSampler.execute(other, models["target"], **mulo_kw())
-    with pytest.raises(ValueError, match="drafter: .*larger than the target"):
+    with pytest.raises(ValueError, match="drafter/target: .*larger than the target"):
         samplers.MuLoSDSampler.execute(models["target"], models["drafter"], **mulo_kw())
     with pytest.raises(ValueError, match="drafter/target: .*'exact' needs"):
         ver = samplers.VerifierConfig(rule="exact", rejection="raster")

@@ -1,0 +1,76 @@
+"""generate checks the condition and the pair before any model runs, with errors that name the input."""
+import pytest
+import torch
+
+from mulosd_core import engine
+from mulosd_core.conditions import check_condition
+from mulosd_core.engine import MethodConfig, VerifierConfig, generate
+from mulosd_core.testing import tiny_model, tiny_vq
+
+
+@pytest.fixture(scope="module")
+def c2i():
+    vq = tiny_vq(0, 16)
+    return tiny_model(4, 1, vq=vq, dim=16), tiny_model(2, 3, vq=vq, dim=16)
+
+
+@pytest.fixture(scope="module")
+def t2i():
+    return tiny_model(4, 2, vq=tiny_vq(0, 16), dim=16, model_type="t2i")
+
+
+@pytest.fixture
+def no_model_runs(monkeypatch):
+    monkeypatch.setattr(engine, "_generate", lambda *a, **k: pytest.fail("a model ran before validation"))
+
+
+@pytest.mark.parametrize("cond,match", [
+    (torch.tensor([0, 10]), r"^class_id: expected 0\.\.9 \(.* has 10 classes\), got 10$"),
+    (torch.tensor([-1]), r"^class_id: expected 0\.\.9 .*got -1$"),
+    (torch.tensor([1.5]), r"^class_id: expected whole numbers .*float"),
+    ("cat", r"^class_id: expected class ids"),
+])
+def test_bad_class_ids_are_named(c2i, no_model_runs, cond, match):
+    with pytest.raises(ValueError, match=match):
+        generate(c2i[0], cond, method=MethodConfig(method="ar"))
+    with pytest.raises(ValueError, match=match):
+        generate(c2i[0], cond, drafter=c2i[1])
+
+
+def test_bad_captions_are_named(t2i, no_model_runs):
+    T, C = t2i.cond_len, t2i.gpt.config.caption_dim
+    ar = MethodConfig(method="ar")
+    with pytest.raises(ValueError, match=rf"^conditioning: target .* expects {T} caption tokens of width {C} .*got {T} x 5; "
+                                         r"were the captions encoded by another text encoder\?$"):
+        generate(t2i, torch.zeros(1, T, 5), method=ar)
+    with pytest.raises(ValueError, match=r"^conditioning: target .* text-to-image \(t2i\) model and expects caption features"):
+        generate(t2i, torch.tensor([3]), method=ar)
+    with pytest.raises(ValueError, match=r"^conditioning: the caption mask must be \[B, T\]"):
+        generate(t2i, torch.zeros(2, T, C), method=ar, mask=torch.ones(1, T))
+
+
+def test_pair_errors_are_prefixed_and_come_first(c2i, t2i, no_model_runs):
+    target, drafter = c2i
+    with pytest.raises(ValueError, match=r"^drafter/target: .*c2i.*t2i"):
+        generate(t2i, torch.zeros(1, t2i.cond_len, t2i.gpt.config.caption_dim), drafter=drafter)
+    with pytest.raises(ValueError, match=r"^drafter/target: .*larger than the target"):
+        generate(drafter, torch.tensor([1]), drafter=target)
+    exact = MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"))
+    with pytest.raises(ValueError, match=r"^drafter/target: acceptance rule 'exact' needs"):
+        generate(target, torch.tensor([1]), method=exact, drafter=drafter)
+    with pytest.raises(ValueError, match=r"^drafter: the speculative method needs a drafter model; got none$"):
+        generate(target, torch.tensor([1]))
+
+
+def test_a_good_condition_passes(c2i, t2i):
+    check_condition(c2i[0], torch.tensor([0, 9]))
+    check_condition(t2i, torch.zeros(2, t2i.cond_len, t2i.gpt.config.caption_dim), torch.ones(2, t2i.cond_len))
+    res = generate(c2i[0], torch.tensor([2]), method=MethodConfig(method="ar"), decode=False)
+    assert res.tokens.shape == (1, 16)
+
+
+def test_an_unknown_model_kind_is_named(c2i):
+    class Odd:
+        name, model_type = "odd", "v2i"
+    with pytest.raises(ValueError, match=r"^drafter: expected a c2i, t2i or Janus-Pro model, got 'odd', a v2i model$"):
+        check_condition(Odd(), torch.tensor([0]), role="drafter")
