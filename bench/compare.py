@@ -71,7 +71,7 @@ import torch
 from mulosd_core.data.families import DataFamily, data_family
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES
 from mulosd_core.engine import MethodConfig, generate
-from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair
+from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair, frechet_distance
 from mulosd_core.ar import model_sampling
 from mulosd_core.presets import EMBEDDED_SAMPLING, method_presets
 from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
@@ -224,30 +224,11 @@ def iqr(values: Any) -> tuple[float, float, float]:
     return float(q75 - q25), float(q25), float(q75)
 
 
-def _psd_sqrt_t(a: torch.Tensor) -> torch.Tensor:
-    w, v = torch.linalg.eigh((a + a.T) / 2)
-    return (v * w.clamp_min(0).sqrt()) @ v.T
-
-
-def fd_torch(a, b) -> float:
-    """`metrics.frechet_distance` computed with torch (float64): same formula, but it obeys
-    torch.set_num_threads, where numpy's OpenBLAS may spin every core of a shared machine."""
-    a = torch.as_tensor(np.asarray(a, np.float64))
-    b = torch.as_tensor(np.asarray(b, np.float64))
-    ma, mb = a.mean(0), b.mean(0)
-    ca, cb = torch.atleast_2d(torch.cov(a.T)), torch.atleast_2d(torch.cov(b.T))
-    sa = _psd_sqrt_t(ca)
-    m = sa @ cb @ sa
-    tr_sqrt = torch.linalg.eigvalsh((m + m.T) / 2).clamp_min(0).sqrt().sum()
-    d = ma - mb
-    return max(float(d @ d + ca.trace() + cb.trace() - 2 * tr_sqrt), 0.0)
-
-
 def _fd(gen: np.ndarray, real: np.ndarray, n_boot: int = N_BOOT_FD) -> tuple[float | None, list[float] | None]:
     if len(gen) < 2 or len(real) < 2:
         return None, None
-    fd = fd_torch(gen, real)
-    lo, hi = bootstrap_ci_pair(gen, real, fd_torch, n_boot=n_boot, seed=0)
+    fd = frechet_distance(gen, real)
+    lo, hi = bootstrap_ci_pair(gen, real, frechet_distance, n_boot=n_boot, seed=0)
     return fd, [lo, hi]
 
 
@@ -420,7 +401,7 @@ def summarise(raw: dict[str, dict], methods: dict[str, tuple[MethodConfig, str |
             da, da_ci = _paired_delta(correct, ref_correct)
             dn, dn_ci = _paired_delta(nll, ref_nll)
             vs_ar = {"accuracy_delta": da, "accuracy_delta_ci": da_ci, "nll_delta": dn, "nll_delta_ci": dn_ci,
-                     "fd_to_ar": fd_torch(feats, ref_feats) if len(feats) >= 2 else None}
+                     "fd_to_ar": frechet_distance(feats, ref_feats) if len(feats) >= 2 else None}
         out[n] = {
             "kind": cfg.method, "drafter": kind, "config": cfg.to_dict(),
             "target_calls": tc,
@@ -633,7 +614,7 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
     models = load_models(args.models, args.device, dtype, tiny_grid=args.tiny_grid, family=args.family)
-    presets = method_presets()
+    presets = method_presets(models.target.family)
     names = list(args.methods or (QUICK_METHODS if args.quick else ALL_METHODS))
     unknown = [n for n in names if n not in presets]
     if unknown:

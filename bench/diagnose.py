@@ -34,7 +34,7 @@ KINDS = {"accepted": ACCEPTED, "rejected": REJECTED, "neighbour": NEIGHBOUR}
 def diagnose(models: C.Models, name: str, recheck: int, samples: int, scope: str = "drafts") -> tuple[dict, dict]:
     """Per token kind: count, mean NLL (nats, p clamped at 1e-12), share below tau, share at p = 0;
     and the recheck counters per image."""
-    cfg, kind = method_presets()[name]
+    cfg, kind = method_presets(models.target.family)[name]
     cfg = replace(cfg, verifier=replace(cfg.verifier, recheck=recheck, recheck_scope=scope))
     tau = cfg.verifier.tau
     acc: dict[str, list[torch.Tensor]] = {k: [] for k in KINDS}

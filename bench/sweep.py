@@ -55,20 +55,25 @@ from . import compare as C
 
 log = logging.getLogger("bench.sweep")
 
-TAUS = (0.05, 0.1, 0.2, 0.3, 0.45, 0.6)
-KS = (1, 4, 8, 16, 32)
-RADII = (0, 1, 2)
-WINDOWS = (1, 2, 4, 8)
-ROWS = (1, 2, 4, 8)
+TAUS = (0.05, 0.1, 0.2, 0.3, 0.45)
+KS = (1, 4, 16, 64)
+RADII = (0, 1)
+WINDOWS = (1, 2, 4)
+ROWS = (2, 4, 8)
+SWEPT_RECHECKS = (0, 64)     # the recheck stage of the full sweep: the paper's verifier or ours
 DELTAS = (0.05, 0.1, 0.2, 0.4)
 GRID_FACTORS = (1.0, 1.5, 2.0)
 RECHECKS = (0, 1, 4, 16, 64)   # --recheck-only: rounds of VerifierConfig.recheck (our extension; 0 = the paper)
-QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), rows=(1, 2), deltas=(0.1, 0.4))
+QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), rows=(1, 2), rechecks=(0, 2), deltas=(0.1, 0.4))
+FINAL_SAMPLES = 120     # samples per candidate in the final stage (--final-samples)
+FINAL_TOP = 6           # candidates carried into it: the fastest qualifying settings of the stages (--final-top)
 ACC_TOL = 0.03          # accuracy may drop at most 3 points below AR's
 FD_TOL = 0.15           # FD may be at most 15% above AR's
-RULE = (f"fastest setting (highest median-wall-time speed-up over AR of the same stage) whose classifier accuracy "
-        f">= AR accuracy - {ACC_TOL:.2f} and whose FD <= {1 + FD_TOL:.2f} x AR FD; if none qualifies the preset "
-        f"value is kept")
+RULE = (f"stages (chosen greedily): fastest setting (highest median-wall-time speed-up over AR of the same stage) "
+        f"whose classifier accuracy >= AR accuracy - {ACC_TOL:.2f} and whose FD <= {1 + FD_TOL:.2f} x AR FD; final "
+        f"stage (the defaults): the fastest candidate whose paired bootstrap 95% interval of the accuracy difference "
+        f"to AR lies above -{ACC_TOL:.2f} (its lower end, not the point estimate) and whose FD <= {1 + FD_TOL:.2f} x "
+        f"AR FD; if none qualifies the preset values are kept")
 
 
 def qualifies(row: dict, ar: dict, acc_tol: float = ACC_TOL, fd_tol: float = FD_TOL) -> bool:
@@ -82,9 +87,20 @@ def qualifies(row: dict, ar: dict, acc_tol: float = ACC_TOL, fd_tol: float = FD_
     return fd <= ar_fd * (1 + fd_tol) + 1e-12
 
 
-def choose(rows: list[dict], ar: dict) -> dict | None:
-    """The qualifying row with the highest wall_ratio_vs_ar (None when none qualifies)."""
-    ok = [r for r in rows if qualifies(r, ar) and r.get("wall_ratio_vs_ar") is not None
+def qualifies_paired(row: dict, ar: dict, acc_tol: float = ACC_TOL, fd_tol: float = FD_TOL) -> bool:
+    """The final stage's rule: the lower end of the paired bootstrap interval of accuracy(row) - accuracy(AR)
+    (same classes and seeds) is >= -acc_tol, so the verdict does not rest on a lucky point estimate; FD as
+    in `qualifies`."""
+    ci = (row.get("vs_ar") or {}).get("accuracy_delta_ci")
+    if not ci or ci[0] is None or ci[0] < -acc_tol - 1e-12:
+        return False
+    fd, ar_fd = row.get("fd"), ar.get("fd")
+    return fd is None or ar_fd is None or fd <= ar_fd * (1 + fd_tol) + 1e-12
+
+
+def choose(rows: list[dict], ar: dict, rule=qualifies) -> dict | None:
+    """The row passing `rule` with the highest wall_ratio_vs_ar (None when none does)."""
+    ok = [r for r in rows if rule(r, ar) and r.get("wall_ratio_vs_ar") is not None
           and math.isfinite(r["wall_ratio_vs_ar"])]
     return max(ok, key=lambda r: (r["wall_ratio_vs_ar"], -(r.get("target_calls") or 0))) if ok else None
 
@@ -95,7 +111,7 @@ KEEP = ("target_calls", "drafter_calls", "tokens_per_target_call", "acceptance_r
 
 
 def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, MethodConfig, str]], samples: int,
-              batch: int, warmup: int, n_boot_fd: int, real, progress: bool) -> dict:
+              batch: int, warmup: int, n_boot_fd: int, real, progress: bool, rule=qualifies) -> dict:
     """settings: label -> (params, config, drafter kind). Returns {"ar": summary, "rows": [...]}."""
     methods = {"ar": (MethodConfig(method="ar"), None)}
     methods.update({label: (cfg, kind) for label, (_, cfg, kind) in settings.items()})
@@ -105,23 +121,25 @@ def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, Metho
     rows = []
     for label, (params, cfg, kind) in settings.items():
         row = {"label": label, "params": params, **{k: summ[label][k] for k in KEEP}}
-        row["qualifies"] = qualifies(row, ar)
+        row["qualifies"] = rule(row, ar)
         rows.append(row)
-    best = choose(rows, ar)
+    best = choose(rows, ar, rule)
     for r in rows:
         r["chosen"] = best is not None and r["label"] == best["label"]
     return {"ar": ar, "rows": rows, "chosen": best["label"] if best else None}
 
 
-def _preset_settings(upsampler: str = "pixel", recheck: int | None = None, recheck_scope: str | None = None) -> dict:
-    """MuLo-SD's swept settings as the presets have them now; the upsampler kind and the recheck are
-    conditions of a run (options), not swept."""
-    return dict(tau=P.MULO_TAU, k=P.MULO_K, radius=P.MULO_RADIUS, window=P.MULO_WINDOW, rows=P.MULO_ROWS,
-                upsampler=upsampler, recheck=P.MULO_RECHECK if recheck is None else recheck,
-                recheck_scope=recheck_scope or P.MULO_RECHECK_SCOPE)
+def _preset_settings(family: str | None, upsampler: str = "pixel", recheck: int | None = None,
+                     recheck_scope: str | None = None) -> dict:
+    """MuLo-SD's swept settings as the presets ship them for `family` now (presets.mulo_defaults); the
+    upsampler kind is a condition of the run (an option), not swept."""
+    d = P.mulo_defaults(family)
+    return dict(tau=d.tau, k=d.k_neighbours, radius=d.expansion_radius, window=d.parallel_window, rows=d.rows_per_step,
+                upsampler=upsampler, recheck=d.recheck if recheck is None else recheck,
+                recheck_scope=recheck_scope or d.recheck_scope)
 
 
-def _mulo(tau: float, k: int, radius: int, window: int, rows: int = P.MULO_ROWS, upsampler: str = "pixel",
+def _mulo(tau: float, k: int, radius: int, window: int, rows: int, upsampler: str = "pixel",
           recheck: int = 0, recheck_scope: str = "drafts") -> MethodConfig:
     base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius, recheck=recheck, recheck_scope=recheck_scope)
     return replace(base, parallel_window=window, rows_per_step=rows, upsampler=UpsamplerConfig(kind=upsampler))
@@ -170,7 +188,7 @@ def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boo
                   upsampler: str, scope: str = "drafts") -> dict:
     """MuLo-SD at the preset defaults with each RECHECKS number of recheck rounds of `scope`, against AR
     (the rule is applied and reported, but nothing is chosen here: presets.MULO_RECHECK records the choice)."""
-    cur = _preset_settings(upsampler)
+    cur = _preset_settings(models.target.family, upsampler)
     t0 = time.perf_counter()
     settings = {f"recheck={n}": (dict(recheck=n, recheck_scope=scope), _mulo_at(cur, recheck=n, recheck_scope=scope), "low")
                 for n in RECHECKS}
@@ -180,55 +198,82 @@ def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boo
     return s
 
 
+def _settings_label(c: dict) -> str:
+    return (f"tau={c['tau']} k={c['k']} l={c['radius']} w={c['window']} rows={c['rows']} recheck={c['recheck']}")
+
+
 def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
           progress: bool = True, upsampler: str = "pixel", recheck: int | None = None,
-          recheck_scope: str | None = None) -> dict:
-    g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, deltas=DELTAS)
+          recheck_scope: str | None = None, final_samples: int = FINAL_SAMPLES, final_top: int = FINAL_TOP) -> dict:
+    """Greedy stages at `samples` each (tau x k x l jointly, then w, rows, recheck, LANTERN's delta), then a
+    final stage: the `final_top` fastest settings that qualified in any stage, at `final_samples` each against
+    their own AR runs, judged by the paired-interval rule (qualifies_paired). Its winner is the chosen default."""
+    g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, rechecks=SWEPT_RECHECKS,
+                                 deltas=DELTAS)
+    if recheck is not None:
+        g = {**g, "rechecks": (recheck,)}
     n_boot_fd = C.N_BOOT_FD_QUICK if quick else C.N_BOOT_FD
     real = C.real_features(models, samples)
     stages: dict[str, dict] = {}
-    cur = _preset_settings(upsampler, recheck, recheck_scope)
+    family = models.target.family
+    before = _preset_settings(family, upsampler, recheck, recheck_scope)
+    cur = dict(before)
     kept: list[str] = []
+    candidates: dict[str, dict] = {}     # label -> full settings, speed-up: every setting that qualified
 
-    def stage(name: str, settings: dict) -> dict | None:
+    def stage(name: str, over: list[dict]) -> None:
+        settings = {}
+        for o in over:
+            c = {**cur, **o}
+            settings[_settings_label(c)] = (c, _mulo_at(c), "low")
         t0 = time.perf_counter()
         s = run_stage(name, models, settings, samples, batch, warmup, n_boot_fd, real, progress)
         s["seconds"] = time.perf_counter() - t0
         stages[name] = s
+        for r in s["rows"]:
+            if r["qualifies"]:
+                candidates[r["label"]] = {"settings": r["params"], "speed": r["wall_ratio_vs_ar"] or 0.0}
         best = next((r for r in s["rows"] if r["chosen"]), None)
         if best is None:
             kept.append(name)
-        return best
+        else:
+            cur.update(best["params"])
 
-    best = stage("tau_k", {f"tau={t} k={k}": (dict(tau=t, k=k), _mulo_at(cur, tau=t, k=k), "low")
-                           for t in g["taus"] for k in g["ks"]})
-    if best:
-        cur.update(tau=best["params"]["tau"], k=best["params"]["k"])
-    best = stage("radius", {f"l={l}": (dict(radius=l), _mulo_at(cur, radius=l), "low")
-                            for l in g["radii"]})
-    if best:
-        cur.update(radius=best["params"]["radius"])
-    best = stage("window", {f"w={w}": (dict(window=w), _mulo_at(cur, window=w), "low")
-                            for w in g["windows"]})
-    if best:
-        cur.update(window=best["params"]["window"])
-    best = stage("rows", {f"rows={n}": (dict(rows=n), _mulo_at(cur, rows=n), "low")
-                          for n in g["rows"]})
-    if best:
-        cur.update(rows=best["params"]["rows"])
+    stage("tau_k_l", [dict(tau=t, k=k, radius=l) for t in g["taus"] for k in g["ks"] for l in g["radii"]])
+    stage("window", [dict(window=w) for w in g["windows"]])
+    stage("rows", [dict(rows=n) for n in g["rows"]])
+    stage("recheck", [dict(recheck=n) for n in g["rechecks"]])
     delta = P.LANTERN_DELTA
-    best = stage("lantern", {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]})
+    t0 = time.perf_counter()
+    lantern = run_stage("lantern", models, {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]},
+                        samples, batch, warmup, n_boot_fd, real, progress)
+    lantern["seconds"] = time.perf_counter() - t0
+    stages["lantern"] = lantern
+    best = next((r for r in lantern["rows"] if r["chosen"]), None)
     if best:
         delta = best["params"]["delta"]
-    grids = grid_sizes(models, cur, samples, batch, warmup, n_boot_fd, progress) if grid_experiment else None
-    chosen = {"MULO_TAU": cur["tau"], "MULO_K": cur["k"], "MULO_RADIUS": cur["radius"], "MULO_WINDOW": cur["window"],
-              "MULO_ROWS": cur["rows"], "MULO_RECHECK": cur["recheck"], "MULO_RECHECK_SCOPE": cur["recheck_scope"],
-              "LANTERN_DELTA": delta}
-    return {"stages": stages, "grid_experiment": grids, "chosen": chosen, "kept_preset_value_in": kept,
-            "preset_before": {"MULO_TAU": P.MULO_TAU, "MULO_K": P.MULO_K, "MULO_RADIUS": P.MULO_RADIUS,
-                              "MULO_WINDOW": P.MULO_WINDOW, "MULO_ROWS": P.MULO_ROWS,
-                              "MULO_RECHECK": P.MULO_RECHECK, "MULO_RECHECK_SCOPE": P.MULO_RECHECK_SCOPE,
-                              "LANTERN_DELTA": P.LANTERN_DELTA}}
+    final = None
+    top = sorted(candidates.items(), key=lambda kv: -kv[1]["speed"])[:final_top]
+    if top:
+        n = max(final_samples, samples)
+        settings = {label: (c["settings"], _mulo_at(c["settings"]), "low") for label, c in top}
+        t0 = time.perf_counter()
+        final = run_stage("final", models, settings, n, batch, warmup, n_boot_fd, C.real_features(models, n), progress,
+                          rule=qualifies_paired)
+        final["seconds"] = time.perf_counter() - t0
+        final["samples"] = n
+        stages["final"] = final
+    chosen_row = next((r for r in final["rows"] if r["chosen"]), None) if final else None
+    if chosen_row is None:
+        kept.append("final")
+    c = chosen_row["params"] if chosen_row else before
+    grids = grid_sizes(models, c, samples, batch, warmup, n_boot_fd, progress) if grid_experiment else None
+    names = {"tau": "tau", "k": "k_neighbours", "radius": "expansion_radius", "rows": "rows_per_step",
+             "window": "parallel_window", "recheck": "recheck", "recheck_scope": "recheck_scope"}
+    return {"stages": stages, "grid_experiment": grids, "family": family,
+            "chosen": {names[k]: c[k] for k in names} | {"lantern_delta": delta},
+            "kept_preset_value_in": kept,
+            "preset_before": {names[k]: before[k] for k in names} | {"lantern_delta": P.LANTERN_DELTA}}
 
 
 def markdown(res: dict) -> str:
@@ -237,10 +282,8 @@ def markdown(res: dict) -> str:
            f"- hardware: {res['hardware']['device_name']} ({res['hardware']['device']}), {res['hardware']['cpu_count']} "
            f"CPUs, torch {res['hardware']['torch']}", f"- samples per setting: {res['samples']}",
            f"- upsampler of every MuLo-SD setting: {res['settings'].get('upsampler', 'pixel')}"]
-    if ch := res["sweep"]["chosen"]:   # the recheck is a condition of the run, recorded with the chosen defaults
-        out.append(f"- recheck of every MuLo-SD setting: {ch.get('MULO_RECHECK', 0)} rounds, scope "
-                   f"{ch.get('MULO_RECHECK_SCOPE', 'drafts')}")
-    out += [f"- rule: {res['rule']}", ""]
+    out += [f"- family: {res['settings'].get('family')}; final stage: {res['sweep'].get('stages', {}).get('final', {}).get('samples', '-')} "
+            f"samples per candidate", f"- rule: {res['rule']}", ""]
     if not res["settings"]["quality_meaningful"]:
         out += ["**Random models and classifier: quality columns are meaningless.**", ""]
     for name, s in res["sweep"]["stages"].items():
@@ -292,7 +335,7 @@ def write_plots(res: dict, out: str, tag: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=None, help="samples per setting (default 100, --quick 2)")
+    ap.add_argument("--samples", type=int, default=None, help="samples per setting of the stages (default 32, --quick 2)")
     ap.add_argument("--quick", action="store_true", help="two values per parameter, 2 samples")
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
     ap.add_argument("--tiny-grid", type=int, default=4)
@@ -310,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recheck-scope", default=None, choices=RECHECK_SCOPES,
                     help="what a recheck round verifies again (VerifierConfig.recheck_scope; default: the preset's; "
                          "--recheck-only: drafts)")
+    ap.add_argument("--final-samples", type=int, default=FINAL_SAMPLES,
+                    help="samples per candidate in the final stage (the paired-interval verdict)")
+    ap.add_argument("--final-top", type=int, default=FINAL_TOP, help="candidates carried into the final stage")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--family", default=C.DEFAULT_EMBEDDED_FAMILY, choices=sorted(C.EMBEDDED_FAMILIES),
                     help="embedded family (default scenes)")
@@ -323,13 +369,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     kind = "grid" if args.grid_only else "recheck" if args.recheck_only else "sweep"
     tag = args.tag or f"{kind}-{C.models_tag(args.models, args.family, args.quick)}"
-    samples = args.samples or (2 if args.quick else 100)
+    samples = args.samples or (2 if args.quick else 32)
     t0 = time.perf_counter()
     models = C.load_models(args.models, args.device, C.DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family)
     if args.grid_only:
         n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
-                     "grid_experiment": grid_sizes(models, _preset_settings(args.upsampler), samples, args.batch, args.warmup, n_boot_fd,
+                     "grid_experiment": grid_sizes(models, _preset_settings(models.target.family, args.upsampler), samples, args.batch, args.warmup, n_boot_fd,
                                                    not args.no_progress)}
     elif args.recheck_only:
         n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
@@ -339,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                      "chosen": None, "kept_preset_value_in": [], "preset_before": None, "grid_experiment": None}
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
-                          not args.no_progress, args.upsampler, args.recheck, args.recheck_scope)
+                          not args.no_progress, args.upsampler, args.recheck, args.recheck_scope,
+                          args.final_samples if not args.quick else max(samples, 2), args.final_top)
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,
@@ -359,7 +406,10 @@ def main(argv: list[str] | None = None) -> int:
     write_plots(res, args.out, tag)
     print("rule: " + RULE)
     if res_sweep["chosen"]:
-        print("chosen defaults: " + ", ".join(f"{k} = {v}" for k, v in res_sweep["chosen"].items()))
+        ch = {k: v for k, v in res_sweep["chosen"].items() if k != "lantern_delta"}
+        print(f"chosen defaults for {res_sweep.get('family')!r} (presets.MULO_DEFAULTS): MuloDefaults("
+              + ", ".join(f"{k}={v!r}" for k, v in ch.items()) + f", source={tag + '.md'!r})"
+              + f"; LANTERN delta {res_sweep['chosen']['lantern_delta']}")
     if res_sweep["kept_preset_value_in"]:
         print("no setting qualified in: " + ", ".join(res_sweep["kept_preset_value_in"]) + " (preset value kept)")
     print(f"wrote {path} (+ .md) in {time.perf_counter() - t0:.0f}s")

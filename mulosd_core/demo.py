@@ -68,7 +68,7 @@ def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu",
     target = load_embedded("target", device=device, family=family)
     drafter = load_embedded("drafter", device=device, vq=target.vq, family=family)
     sampling = target.default_sampling
-    presets = method_presets()
+    presets = method_presets(target.family)
     class_names = data_family(family).class_names
     classes = [c for c in range(len(class_names)) for _ in range(per_class)]
     results = {}

@@ -10,19 +10,33 @@ def test_quick_sweep_writes_every_stage(tmp_path):
     assert S.main(["--quick", "--models", "tiny", "--out", str(tmp_path), "--no-progress"]) == 0
     res = json.loads((tmp_path / "sweep-tiny-quick.json").read_text())
     stages = res["sweep"]["stages"]
-    assert list(stages) == ["tau_k", "radius", "window", "rows", "lantern"]
+    assert list(stages)[:5] == ["tau_k_l", "window", "rows", "recheck", "lantern"]
+    assert len(stages["tau_k_l"]["rows"]) == len(S.QUICK["taus"]) * len(S.QUICK["ks"]) * len(S.QUICK["radii"])
     assert [r["params"]["rows"] for r in stages["rows"]["rows"]] == list(S.QUICK["rows"])
     for s in stages.values():
         assert s["ar"]["wall_seconds_median"] > 0
         assert sum(r["chosen"] for r in s["rows"]) == (s["chosen"] is not None)
+    if "final" in stages:   # the fastest settings that qualified somewhere, judged by the paired rule
+        assert 0 < len(stages["final"]["rows"]) <= S.FINAL_TOP
     chosen = res["sweep"]["chosen"]
-    assert set(chosen) == {"MULO_TAU", "MULO_K", "MULO_RADIUS", "MULO_WINDOW", "MULO_ROWS", "MULO_RECHECK",
-                           "MULO_RECHECK_SCOPE", "LANTERN_DELTA"}
-    assert res["sweep"]["preset_before"]["MULO_ROWS"] == P.MULO_ROWS
+    assert set(chosen) == {"tau", "k_neighbours", "expansion_radius", "rows_per_step", "parallel_window", "recheck",
+                           "recheck_scope", "lantern_delta"}
+    before = P.mulo_defaults(None)   # tiny random models have no family: the paper's settings
+    assert res["sweep"]["preset_before"]["rows_per_step"] == before.rows_per_step
     assert "## rows" in (tmp_path / "sweep-tiny-quick.md").read_text()
-    for stage in ("tau-k", "radius", "window", "rows", "lantern"):
+    for stage in ("tau-k-l", "window", "rows", "lantern"):
         for metric in ("accuracy", "fd"):
             assert (tmp_path / f"sweep-tiny-quick-pareto-{stage}-{metric}.png").stat().st_size > 1000
+
+
+def test_final_rule_judges_the_interval_not_the_point_estimate():
+    ar = {"accuracy": 0.9, "fd": 10.0}
+    row = {"accuracy": 0.9, "fd": 10.0, "vs_ar": {"accuracy_delta": 0.0, "accuracy_delta_ci": [-0.05, 0.05]}}
+    assert S.qualifies(row, ar) and not S.qualifies_paired(row, ar)
+    row["vs_ar"]["accuracy_delta_ci"] = [-0.02, 0.04]
+    assert S.qualifies_paired(row, ar)
+    assert not S.qualifies_paired({**row, "fd": 11.6}, ar)            # FD more than 15% above AR's
+    assert not S.qualifies_paired({**row, "vs_ar": None}, ar)         # no paired interval: no verdict
 
 
 def test_grid_only_runs_ar_and_mulo_at_each_grid(tmp_path):
@@ -67,5 +81,4 @@ def test_sweep_runs_every_mulo_setting_with_the_given_recheck(tmp_path, monkeypa
                    "--recheck", "2", "--recheck-scope", "all"]) == 0
     assert seen and set(seen) == {(2, "all")}
     res = json.loads((tmp_path / "rc.json").read_text())
-    assert (res["sweep"]["chosen"]["MULO_RECHECK"], res["sweep"]["chosen"]["MULO_RECHECK_SCOPE"]) == (2, "all")
-    assert "- recheck of every MuLo-SD setting: 2 rounds, scope all" in (tmp_path / "rc.md").read_text()
+    assert (res["sweep"]["chosen"]["recheck"], res["sweep"]["chosen"]["recheck_scope"]) == (2, "all")
