@@ -1,66 +1,76 @@
 """Quality measures for the embedded family (SPEC section 5): classifier accuracy,
 Frechet distance in the classifier's feature space, bootstrap confidence intervals.
 
-Plain numpy, no scipy: the matrix square root comes from symmetric eigen-decompositions,
-which is exact for the PSD matrices a covariance produces and needs no complex cleanup.
+The Frechet distance is computed with torch in float64 (the benchmark and the training
+evaluation both call `frechet_distance`): torch obeys torch.set_num_threads, where numpy's
+OpenBLAS may spin every core of a shared machine. The matrix square root comes from symmetric
+eigen-decompositions, which is exact for the PSD matrices a covariance produces and needs no
+complex cleanup. Inputs may be numpy arrays or tensors; the intervals are plain numpy.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
-try:  # torch is optional here so the metrics work on saved arrays alone
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None
 
 def _np(x, dtype=np.float64) -> np.ndarray:
-    if torch is not None and isinstance(x, torch.Tensor):
+    if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=dtype)
 
 
-def _psd_sqrt(a: np.ndarray) -> np.ndarray:
+def _t64(x) -> torch.Tensor:
+    return torch.as_tensor(_np(x))
+
+
+def _psd_sqrt(a: torch.Tensor) -> torch.Tensor:
     """Square root of a symmetric PSD matrix (negative eigenvalues from rounding clipped)."""
-    w, v = np.linalg.eigh((a + a.T) / 2.0)
-    return (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+    w, v = torch.linalg.eigh((a + a.T) / 2)
+    return (v * w.clamp_min(0).sqrt()) @ v.T
 
 
-def frechet_distance_from_stats(mu_a: np.ndarray, cov_a: np.ndarray, mu_b: np.ndarray, cov_b: np.ndarray) -> float:
+def _fd(mu_a: torch.Tensor, cov_a: torch.Tensor, mu_b: torch.Tensor, cov_b: torch.Tensor) -> float:
+    sa = _psd_sqrt(cov_a)
+    m = sa @ cov_b @ sa
+    tr_sqrt = torch.linalg.eigvalsh((m + m.T) / 2).clamp_min(0).sqrt().sum()
+    d = mu_a - mu_b
+    return max(float(d @ d + cov_a.trace() + cov_b.trace() - 2 * tr_sqrt), 0.0)
+
+
+def frechet_distance_from_stats(mu_a, cov_a, mu_b, cov_b) -> float:
     """||mu_a - mu_b||^2 + tr(A) + tr(B) - 2 tr((A B)^(1/2)) for Gaussians N(mu, A), N(mu, B).
 
     tr((A B)^(1/2)) equals the sum of square roots of the eigenvalues of the
     symmetric PSD matrix sqrt(A) B sqrt(A), which eigh computes stably.
     """
-    mu_a, mu_b = _np(mu_a).reshape(-1), _np(mu_b).reshape(-1)
-    cov_a, cov_b = np.atleast_2d(_np(cov_a)), np.atleast_2d(_np(cov_b))
-    sa = _psd_sqrt(cov_a)
-    m = sa @ cov_b @ sa
-    w = np.linalg.eigvalsh((m + m.T) / 2.0)
-    tr_sqrt = float(np.sqrt(np.clip(w, 0.0, None)).sum())
-    diff = mu_a - mu_b
-    fd = float(diff @ diff + np.trace(cov_a) + np.trace(cov_b) - 2.0 * tr_sqrt)
-    return max(fd, 0.0)
+    return _fd(_t64(mu_a).reshape(-1), torch.atleast_2d(_t64(cov_a)), _t64(mu_b).reshape(-1),
+               torch.atleast_2d(_t64(cov_b)))
+
+
+def _stats(feats) -> tuple[torch.Tensor, torch.Tensor]:
+    f = _t64(feats)
+    if f.ndim == 1:
+        f = f[:, None]
+    if f.ndim != 2 or f.shape[0] < 2:
+        raise ValueError(f"need features [N>=2, F], got shape {tuple(f.shape)}")
+    return f.mean(0), torch.atleast_2d(torch.cov(f.T))
 
 
 def feature_stats(feats) -> tuple[np.ndarray, np.ndarray]:
     """(mean [F], unbiased covariance [F, F]) of features [N, F], N >= 2."""
-    f = _np(feats)
-    if f.ndim == 1:
-        f = f[:, None]
-    if f.ndim != 2 or f.shape[0] < 2:
-        raise ValueError(f"need features [N>=2, F], got shape {f.shape}")
-    return f.mean(axis=0), np.atleast_2d(np.cov(f, rowvar=False))
+    mu, cov = _stats(feats)
+    return mu.numpy(), cov.numpy()
 
 
 def frechet_distance(feats_a, feats_b) -> float:
     """Frechet distance between Gaussians fitted to features [N, F] and [M, F]."""
-    mu_a, cov_a = feature_stats(feats_a)
-    mu_b, cov_b = feature_stats(feats_b)
+    mu_a, cov_a = _stats(feats_a)
+    mu_b, cov_b = _stats(feats_b)
     if mu_a.shape != mu_b.shape:
         raise ValueError(f"feature sizes differ: {mu_a.shape[0]} vs {mu_b.shape[0]}")
-    return frechet_distance_from_stats(mu_a, cov_a, mu_b, cov_b)
+    return _fd(mu_a, cov_a, mu_b, cov_b)
 
 
 def accuracy(logits_or_preds, labels) -> float:

@@ -50,11 +50,15 @@ def test_iqr():
     assert (q25, q75, spread) == (2.0, 4.0, 2.0)
 
 
-def test_fd_torch_matches_metrics():
-    from mulosd_core.metrics import frechet_distance
+def test_benchmark_fd_is_metrics_frechet_distance():
+    """One Frechet distance: the benchmark reports mulosd_core.metrics' value and its bootstrap, bit for bit."""
+    from mulosd_core.metrics import bootstrap_ci_pair, frechet_distance
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((60, 5)), rng.standard_normal((40, 5)) * 1.3 + 0.2
-    assert C.fd_torch(a, b) == pytest.approx(frechet_distance(a, b), rel=1e-9)
+    fd, ci = C._fd(a, b, n_boot=20)
+    assert fd == frechet_distance(a, b)
+    assert ci == list(bootstrap_ci_pair(a, b, frechet_distance, n_boot=20, seed=0))
+    assert C._fd(a[:1], b) == (None, None)
 
 
 # --------------------------------------------------------------------- NLL
