@@ -69,7 +69,7 @@ import numpy as np
 import torch
 
 from mulosd_core.data.families import DataFamily, data_family
-from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES
+from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, DTYPES, EMBEDDED_FAMILIES
 from mulosd_core.engine import MethodConfig, generate
 from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair, frechet_distance
 from mulosd_core.ar import model_sampling
@@ -94,7 +94,6 @@ N_BOOT = 1000
 N_BOOT_FD = 200
 N_BOOT_FD_QUICK = 50
 TIME_PARTS = ("draft", "upsample", "verify", "resample", "context", "decode", "other")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 # ----------------------------------------------------------------------------- models

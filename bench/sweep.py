@@ -49,6 +49,7 @@ import torch
 from mulosd_core import presets as P
 from mulosd_core.engine import RECHECK_SCOPES, MethodConfig, VerifierConfig
 from mulosd_core.models.llamagen import LlamaGenModel
+from mulosd_core.models.registry import DTYPES
 from mulosd_core.upsample import KINDS, UpsamplerConfig
 
 from . import compare as C
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
     ap.add_argument("--tiny-grid", type=int, default=4)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32", choices=sorted(C.DTYPES))
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--grid-experiment", action="store_true", help="also run other target grids (untrained)")
@@ -371,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     tag = args.tag or f"{kind}-{C.models_tag(args.models, args.family, args.quick)}"
     samples = args.samples or (2 if args.quick else 32)
     t0 = time.perf_counter()
-    models = C.load_models(args.models, args.device, C.DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family)
+    models = C.load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family)
     if args.grid_only:
         n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,

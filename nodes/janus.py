@@ -26,7 +26,7 @@ from mulosd_core import offload
 from mulosd_core.models.janus import DEFAULT_MAX_PROMPT_TOKENS, JanusModel, load_janus
 
 from .loaders import FOLDER, device_options, folder_stamp, resolve_device, weights_input
-from .text import DTYPES, resolve_dtype, validate_prompt
+from .text import DTYPE_OPTIONS, resolve_dtype, validate_prompt
 from .types import JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel
 
 log = logging.getLogger("mulosd.nodes")
@@ -119,7 +119,7 @@ class MuLoSDLoadJanus(io.ComfyNode):
                                        "by convention mulosd/janus/Janus-Pro-7B and mulosd/janus/Janus-Pro-1B."),
                 io.Combo.Input("device", options=device_options(), default="auto",
                                tooltip="Where the model runs; auto = ComfyUI's compute device (honours --cpu)."),
-                io.Combo.Input("dtype", options=list(DTYPES), default="auto",
+                io.Combo.Input("dtype", options=DTYPE_OPTIONS, default="auto",
                                tooltip="Weight precision; auto = bfloat16 on CUDA GPUs (as Janus-Pro generates), else "
                                        "float32. A 7B model needs about 15 GB in bfloat16."),
                 weights_input(),

@@ -37,7 +37,6 @@ def device_options() -> list[str]:
     drafter and the target can sit on different GPUs (or the drafter on the CPU)."""
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return DEVICES + ([f"cuda:{i}" for i in range(n)] if n > 1 else [])
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CACHE_SIZE = 4
 _models: OrderedDict[tuple, registry.LlamaGenModel] = OrderedDict()
 _vqs: dict[tuple, registry.VQModel] = {}
@@ -149,8 +148,8 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
     vq_path = resolve_vq(gpt_name, gpt_path, vq_name)
     size = resolve_image_size(gpt_name, gpt_path, image_size)
     dev = resolve_device(device)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {dtype!r}")
+    if dtype not in registry.DTYPES:
+        raise ValueError(f"dtype: expected one of {list(registry.DTYPES)}, got {dtype!r}")
     offload.check_weight_mode(weights)
     key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype, weights)
     model = _models.get(key)
@@ -164,7 +163,7 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
                              f"{os.path.basename(vq_path)}), got {size}")
         name = os.path.splitext(gpt_name.replace("\\", "/"))[0]
         model = read_file(gpt_path, "LlamaGen GPT", lambda: registry.load_model(
-            gpt_path, vq_path, size, DTYPES[dtype], offload.load_device(weights, dev), name=name, vq=_vqs[vq_key]))
+            gpt_path, vq_path, size, registry.DTYPES[dtype], offload.load_device(weights, dev), name=name, vq=_vqs[vq_key]))
         offload.place_weights(model, dev, weights)
         _models[key] = model
         while len(_models) > CACHE_SIZE:
@@ -193,7 +192,7 @@ def loader_inputs(default: str, role: str) -> list:
                        tooltip="Where the model runs; auto = ComfyUI's compute device (honours --cpu). With several "
                                "GPUs, cuda:N places this model on GPU N, e.g. the drafter on one GPU and the target on "
                                "another; a small drafter can also run on the cpu."),
-        io.Combo.Input("dtype", options=list(DTYPES), default="float32",
+        io.Combo.Input("dtype", options=list(registry.DTYPES), default="float32",
                        tooltip="Weight precision of the GPT (the VQ tokenizer stays float32); bfloat16/float16 halve memory on GPUs."),
         weights_input(),
     ]

@@ -18,6 +18,7 @@ import folder_paths
 import torch
 from comfy_api.latest import io
 
+from mulosd_core.models.registry import DTYPES
 from mulosd_core.models.text_encoder import T5CaptionEncoder, clean_caption
 
 from .loaders import FOLDER, device_options, folder_stamp, resolve_device
@@ -27,7 +28,7 @@ log = logging.getLogger("mulosd.nodes")
 
 TEXT_FOLDERS = ("text_encoders", FOLDER)
 DEFAULT_ENCODER = "flan-t5-xl"
-DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_OPTIONS = ["auto", *DTYPES]   # auto: bfloat16 on GPUs that have it, else float32 (resolve_dtype)
 MAX_DEPTH = 3          # models/text_encoders/<a>/<b>/<c>/config.json (e.g. a Hugging Face snapshot)
 CACHE_SIZE = 2
 _encoders: OrderedDict[tuple, T5CaptionEncoder] = OrderedDict()
@@ -65,8 +66,8 @@ def encoder_folders() -> dict[str, str]:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name not in DTYPES:
-        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {name!r}")
+    if name not in DTYPE_OPTIONS:
+        raise ValueError(f"dtype: expected one of {DTYPE_OPTIONS}, got {name!r}")
     if name != "auto":
         return DTYPES[name]
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
@@ -149,7 +150,7 @@ class MuLoSDLoadTextEncoder(io.ComfyNode):
                                        "for the released LlamaGen t2i models."),
                 io.Combo.Input("device", options=device_options(), default="auto",
                                tooltip="Where the encoder runs; auto = ComfyUI's compute device (honours --cpu)."),
-                io.Combo.Input("dtype", options=list(DTYPES), default="auto",
+                io.Combo.Input("dtype", options=DTYPE_OPTIONS, default="auto",
                                tooltip="Weight precision; auto = bfloat16 on GPUs that have it (as LlamaGen encodes), "
                                        "else float32. float16 can overflow inside T5."),
                 io.Boolean.Input("offload", default=True,

@@ -21,6 +21,8 @@ from .llamagen_vq import VQConfig, VQModel
 
 GPT_MARKER = "tok_embeddings.weight"
 VQ_MARKER = "quantize.embedding.weight"
+# weight precisions by name, as the loader nodes and the benchmarks offer them (the first is the default)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def detect_kind(sd: dict[str, torch.Tensor]) -> str:
