@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import OrderedDict
 
 import folder_paths
 from comfy_api.latest import io
@@ -25,7 +24,7 @@ from comfy_api.latest import io
 from mulosd_core import offload
 from mulosd_core.models.janus import DEFAULT_MAX_PROMPT_TOKENS, JanusModel, load_janus
 
-from .loaders import FOLDER, device_options, folder_stamp, resolve_device, weights_input
+from .loaders import FOLDER, ModelCache, device_options, folder_stamp, resolve_device, weights_input
 from .text import DTYPE_OPTIONS, resolve_dtype, validate_prompt
 from .types import JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel
 
@@ -35,7 +34,7 @@ SUBFOLDER = "janus"    # ComfyUI/models/mulosd/janus/Janus-Pro-7B
 DEFAULT_MODEL = f"{SUBFOLDER}/Janus-Pro-7B"
 MAX_DEPTH = 3          # mulosd/<a>/<b>/<c>/config.json (e.g. a Hugging Face snapshot)
 CACHE_SIZE = 2         # a drafter and a target
-_models: OrderedDict[tuple, JanusModel] = OrderedDict()
+_models = ModelCache(CACHE_SIZE)
 # the text-to-image example of Janus-Pro's README
 EXAMPLE_PROMPT = "A stunning princess from kabul in red, white traditional clothing, blue eyes, brown hair"
 
@@ -83,16 +82,15 @@ def load(model_name: str, device: str, dtype: str, weights: str = "auto") -> Mod
     dt = resolve_dtype(dtype, dev)
     offload.check_weight_mode(weights)
     key = (folder_stamp(path), str(dev), dt, weights)
-    model = _models.get(key)
-    if model is None:
-        model = load_janus(path, offload.load_device(weights, dev), dt, name=model_name)
-        offload.place_weights(model, dev, weights)
-        _models[key] = model
-        while len(_models) > CACHE_SIZE:
-            _models.popitem(last=False)
-        log.info("MuLo-SD: loaded Janus-Pro %s (%s) on %s; %s", model_name, dt, dev, offload.weights_report(model))
-    _models.move_to_end(key)
+    model = _models.get(key, lambda: _load_model(model_name, path, dev, dt, weights))
     return ModelHandle(model, model_name, path, path)
+
+
+def _load_model(model_name: str, path: str, dev, dt, weights: str) -> JanusModel:
+    model = load_janus(path, offload.load_device(weights, dev), dt, name=model_name)
+    offload.place_weights(model, dev, weights)
+    log.info("MuLo-SD: loaded Janus-Pro %s (%s) on %s; %s", model_name, dt, dev, offload.weights_report(model))
+    return model
 
 
 def check_prompt(prompt) -> None:

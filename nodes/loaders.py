@@ -13,6 +13,8 @@ import logging
 import os
 import re
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 import comfy.model_management
 import folder_paths
@@ -38,8 +40,41 @@ def device_options() -> list[str]:
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return DEVICES + ([f"cuda:{i}" for i in range(n)] if n > 1 else [])
 CACHE_SIZE = 4
-_models: OrderedDict[tuple, registry.LlamaGenModel] = OrderedDict()
-_vqs: dict[tuple, registry.VQModel] = {}
+
+
+class ModelCache:
+    """The loads behind the loader nodes: the `size` most recently used objects by key (the files' stamps
+    and the load settings). `get` returns the object a key holds, else calls `load`, keeps its result and
+    forgets the least recently used beyond `size`."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple, Any] = OrderedDict()
+
+    def get(self, key: tuple, load: Callable[[], Any]) -> Any:
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = load()
+        self._items[key] = value
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return value
+
+    def values(self) -> list:
+        return list(self._items.values())
+
+    def keep(self, wanted: Callable[[Any], bool]) -> None:
+        """Forget every entry `wanted` refuses."""
+        for key in [k for k, v in self._items.items() if not wanted(v)]:
+            del self._items[key]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+_models = ModelCache(CACHE_SIZE)
+_vqs = ModelCache(CACHE_SIZE + 1)   # the tokenizers the cached models use (+ one of a failed load)
 
 
 def register_model_folders() -> None:
@@ -152,29 +187,27 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
         raise ValueError(f"dtype: expected one of {list(registry.DTYPES)}, got {dtype!r}")
     offload.check_weight_mode(weights)
     key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype, weights)
-    model = _models.get(key)
-    if model is None:
-        vq_key = (_stamp(vq_path), str(dev))
-        if vq_key not in _vqs:
-            _vqs[vq_key] = read_file(vq_path, "VQ tokenizer", lambda: registry.load_vq(vq_path, device=dev))
-        ds = _vqs[vq_key].downsample
-        if size % ds:
-            raise ValueError(f"image_size: expected a multiple of {ds} (the downsampling of the tokenizer "
-                             f"{os.path.basename(vq_path)}), got {size}")
-        name = os.path.splitext(gpt_name.replace("\\", "/"))[0]
-        model = read_file(gpt_path, "LlamaGen GPT", lambda: registry.load_model(
-            gpt_path, vq_path, size, registry.DTYPES[dtype], offload.load_device(weights, dev), name=name, vq=_vqs[vq_key]))
-        offload.place_weights(model, dev, weights)
-        _models[key] = model
-        while len(_models) > CACHE_SIZE:
-            _models.popitem(last=False)
-        used = {id(m.vq) for m in _models.values()}
-        for k in [k for k, v in _vqs.items() if id(v) not in used]:
-            del _vqs[k]
-        log.info("MuLo-SD: loaded %s (%d px, grid %d) on %s; %s", gpt_name, size, model.grid, dev,
-                 offload.weights_report(model))
-    _models.move_to_end(key)
+    model = _models.get(key, lambda: _load_model(gpt_name, gpt_path, vq_path, size, dev, dtype, weights))
+    used = {id(m.vq) for m in _models.values()}
+    _vqs.keep(lambda vq: id(vq) in used)
     return ModelHandle(model, gpt_name, gpt_path, vq_path)
+
+
+def _load_model(gpt_name: str, gpt_path: str, vq_path: str, size: int, dev: torch.device, dtype: str,
+                weights: str) -> registry.LlamaGenModel:
+    """GPT + VQ tokenizer (shared with the cached models that use the same file on the same device)."""
+    vq = _vqs.get((_stamp(vq_path), str(dev)),
+                  lambda: read_file(vq_path, "VQ tokenizer", lambda: registry.load_vq(vq_path, device=dev)))
+    if size % vq.downsample:
+        raise ValueError(f"image_size: expected a multiple of {vq.downsample} (the downsampling of the tokenizer "
+                         f"{os.path.basename(vq_path)}), got {size}")
+    name = os.path.splitext(gpt_name.replace("\\", "/"))[0]
+    model = read_file(gpt_path, "LlamaGen GPT", lambda: registry.load_model(
+        gpt_path, vq_path, size, registry.DTYPES[dtype], offload.load_device(weights, dev), name=name, vq=vq))
+    offload.place_weights(model, dev, weights)
+    log.info("MuLo-SD: loaded %s (%d px, grid %d) on %s; %s", gpt_name, size, model.grid, dev,
+             offload.weights_report(model))
+    return model
 
 
 def loader_inputs(default: str, role: str) -> list:

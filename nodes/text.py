@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import OrderedDict
 
 import comfy.model_management
 import folder_paths
@@ -21,7 +20,7 @@ from comfy_api.latest import io
 from mulosd_core.models.registry import DTYPES
 from mulosd_core.models.text_encoder import T5CaptionEncoder, clean_caption
 
-from .loaders import FOLDER, device_options, folder_stamp, resolve_device
+from .loaders import FOLDER, ModelCache, device_options, folder_stamp, resolve_device
 from .types import Conditioning, MulosdConditioning, MulosdTextEncoder, TextEncoderHandle
 
 log = logging.getLogger("mulosd.nodes")
@@ -31,7 +30,7 @@ DEFAULT_ENCODER = "flan-t5-xl"
 DTYPE_OPTIONS = ["auto", *DTYPES]   # auto: bfloat16 on GPUs that have it, else float32 (resolve_dtype)
 MAX_DEPTH = 3          # models/text_encoders/<a>/<b>/<c>/config.json (e.g. a Hugging Face snapshot)
 CACHE_SIZE = 2
-_encoders: OrderedDict[tuple, T5CaptionEncoder] = OrderedDict()
+_encoders = ModelCache(CACHE_SIZE)
 EXAMPLE_PROMPT = ("A portrait photo of a kangaroo wearing an orange hoodie and blue sunglasses standing on the grass "
                   "in front of the Sydney Opera House holding a sign on the chest that says Welcome Friends!")
 
@@ -82,17 +81,14 @@ def load_encoder(encoder_name: str, device: str, dtype: str, offload: bool) -> T
     path, dev = folders[encoder_name], resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     key = (folder_stamp(path), dt)
-    encoder = _encoders.get(key)
     home = torch.device("cpu") if offload else dev
-    if encoder is None:
+
+    def build() -> T5CaptionEncoder:
         encoder = T5CaptionEncoder(path, home, dt)
-        _encoders[key] = encoder
-        while len(_encoders) > CACHE_SIZE:
-            _encoders.popitem(last=False)
         log.info("MuLo-SD: loaded text encoder %s (%s) on %s", encoder_name, dt, home)
-    else:
-        encoder.to(home)
-    _encoders.move_to_end(key)
+        return encoder
+    encoder = _encoders.get(key, build)
+    encoder.to(home)   # a cached encoder may have been loaded with the other offload setting
     return TextEncoderHandle(encoder, encoder_name, path, dev, bool(offload))
 
 

@@ -69,6 +69,26 @@ def test_same_settings_reuse_the_loaded_model(loaders):
     assert d.model.vq is a.model.vq  # one tokenizer shared by the pair
 
 
+def test_model_cache_keeps_the_most_recently_used(loaders):
+    """The one cache helper behind Load Target/Drafter, Load Janus-Pro and Load Text Encoder."""
+    cache, loads = loaders.ModelCache(2), []
+
+    def load(name):
+        loads.append(name)
+        return [name]
+    a = cache.get(("a",), lambda: load("a"))
+    assert cache.get(("a",), lambda: load("again")) is a and loads == ["a"]   # a hit loads nothing
+    cache.get(("b",), lambda: load("b"))
+    cache.get(("a",), lambda: load("again"))                                  # a is now the most recent
+    cache.get(("c",), lambda: load("c"))                                      # so b is forgotten
+    assert loads == ["a", "b", "c"] and cache.values() == [a, ["c"]]
+    cache.keep(lambda v: v != ["c"])
+    assert len(cache) == 1 and cache.values() == [a]
+    with pytest.raises(ValueError):
+        cache.get(("d",), lambda: (_ for _ in ()).throw(ValueError("bad file")))
+    assert len(cache) == 1                                                    # a failed load keeps nothing
+
+
 def test_image_size_overrides_the_file(loaders):
     h = run(loaders.MuLoSDLoadDrafter, "embedded/drafter.safetensors", image_size=32).result[0]
     assert (h.model.image_size, h.model.grid) == (32, 8)
@@ -128,7 +148,7 @@ def test_streamed_target_through_the_loader(loaders, monkeypatch):
     from mulosd_core.sampling import SamplingConfig
 
     real = offload.choose_weights
-    monkeypatch.setattr(loaders, "_models", type(loaders._models)())  # not the cpu-resident load of another test
+    monkeypatch.setattr(loaders, "_models", loaders.ModelCache(loaders.CACHE_SIZE))  # not the cpu-resident load of another test
     monkeypatch.setattr(offload, "choose_weights",
                         lambda mode, dev, b, free: "stream" if mode == "stream from cpu" else real(mode, dev, b, free))
     plain = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", device="cpu").result[0]
