@@ -39,7 +39,8 @@ from .schedules import parallel_draft_schedule, zipar_schedule, jacobi_window
 from .stats import RunStats
 from .upsample import UpsamplerConfig, downsample_rows, learned_net, resolution_ratio, upsample_rows
 
-RULES = ("mulo", "lantern", "exact", "greedy", "gsd")
+RULES = ("mulo", "lantern", "exact", "greedy", "gsd", "grouped")
+REPEATABLE_RULES = ("mulo", "greedy", "grouped")   # deterministic tests: a recheck round can repeat them
 REJECTIONS = ("local", "raster")
 RESAMPLINGS = ("islands", "serial")
 RECHECK_SCOPES = ("drafts", "all")
@@ -95,8 +96,8 @@ class VerifierConfig:
                 raise ValueError(f"verifier {name} must be {want}, got {getattr(self, name)}")
         # Raster rejection keeps nothing after a rejection, so no kept token's context changes: recheck has
         # nothing to do there and is allowed (the defaults stay valid when only the rejection is switched).
-        if self.recheck and self.rejection == "local" and self.rule not in ("mulo", "greedy"):
-            raise ValueError(f"verifier recheck needs the mulo or greedy rule (a deterministic test that can be "
+        if self.recheck and self.rejection == "local" and self.rule not in REPEATABLE_RULES:
+            raise ValueError(f"verifier recheck needs the mulo, greedy or grouped rule (a deterministic test that can be "
                              f"repeated), got rule {self.rule!r} with local rejection; set recheck to 0 for it")
 
 
@@ -143,7 +144,7 @@ def check_pair(target: ImageARModel, drafter: ImageARModel, method: MethodConfig
                          f"drafter grid {drafter.grid} = {r}")
     if r > 1 and method.verifier.rule in ("exact", "lantern", "gsd"):
         raise ValueError(f"acceptance rule {method.verifier.rule!r} needs the drafter's probability of each draft, "
-                         f"which an upsampled (r = {r}) draft does not have; use 'mulo' or 'greedy', or a same-resolution drafter")
+                         f"which an upsampled (r = {r}) draft does not have; use 'mulo', 'grouped' or 'greedy', or a same-resolution drafter")
     if r == 1 and method.parallel_window:
         raise ValueError("parallel drafting is for a low-resolution drafter (r > 1); set parallel_window = 0 for r = 1")
     if r > 1 and method.upsampler.kind == "learned":
@@ -245,7 +246,7 @@ class _Speculative:
             raw = target.vq.quantize.embedding.weight.detach() if hasattr(target, "vq") else target.codebook()
             self.lantern_k = verify.lantern_neighbours(target.vocab_size, self.verifier.lantern_k)
             self.neighbours = cached_knn_table(raw, min(self.lantern_k + 1, target.vocab_size - 1), include_self=False)
-        elif self.verifier.rule == "gsd":
+        elif self.verifier.rule in ("gsd", "grouped"):
             self.unit_codebook = _unit_codebook(target)
 
     # -- drafter ------------------------------------------------------------------------
@@ -373,8 +374,8 @@ class _Speculative:
         rule = self.verifier.rule
         if rule == "greedy":
             return verify.greedy_accept(probs, draft)
-        if rule == "mulo":
-            return verify.mulo_accept(probs, draft, self.neighbours, self.verifier.tau)
+        if rule in ("mulo", "grouped"):
+            return self._repeatable_test(probs, draft)
         q_x = q.gather(-1, draft[..., None])[..., 0]
         u = self.drafter_streams.uniform(draft.shape[1], draft.device)
         if rule == "exact":
@@ -384,6 +385,16 @@ class _Speculative:
             return _gsd_accept(self.verifier, probs, q, draft, self.unit_codebook, u)
         pooled, self.lantern_used = verify.lantern_pool(probs, draft, self.neighbours, self.lantern_k, self.verifier.lantern_delta)
         return verify.lantern_test(pooled, q_x, u)
+
+    def _repeatable_test(self, probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The deterministic acceptance test of the mulo, grouped or greedy rule (verify and recheck)."""
+        v = self.verifier
+        if v.rule == "mulo":
+            return verify.mulo_accept(probs, tokens, self.neighbours, v.tau)
+        if v.rule == "grouped":
+            return verify.grouped_accept(probs, tokens, self.unit_codebook, v.tau, v.gsd_rank_window, v.gsd_p_thr,
+                                         v.gsd_d_thr)
+        return verify.greedy_accept(probs, tokens)
 
     def _commit_raster(self, f, e, probs, accepted, draft, q) -> int:
         """Classic rejection: keep the accepted prefix, correct the first rejection, drop the rest."""
@@ -466,8 +477,7 @@ class _Speculative:
         lo = base + int(stale.any(0).nonzero().min())
         probs = self._target_probs(lo, e)
         tokens = self.tokens[:, lo:e]
-        ok = (verify.mulo_accept(probs, tokens, self.neighbours, self.verifier.tau) if self.verifier.rule == "mulo"
-              else verify.greedy_accept(probs, tokens))
+        ok = self._repeatable_test(probs, tokens)
         check = stale[:, lo - base:]
         fail = check & ~ok
         self.clock.confirmed(lo, e, check & ok)

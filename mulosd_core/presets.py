@@ -115,6 +115,8 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_no_pooling": (replace(mi, verifier=mv(k_neighbours=1)), "low"),
         "mulo_raster": (replace(mi, verifier=mv(rejection="raster", recheck=0)), "low"),
         "mulo_no_recheck": (replace(mi, verifier=mv(recheck=0)), "low"),
+        # GSD's dynamic group as MuLo-SD's pool (verify.grouped_accept) instead of the k nearest codes
+        "mulo_grouped": (replace(mi, verifier=mv(rule="grouped")), "low"),
         "mulo_sequential_draft": (replace(mi, parallel_window=0), "low"),
         "mulo_nearest": (replace(mi, upsampler=UpsamplerConfig(kind="nearest")), "low"),
         "mulo_embedding": (replace(mi, upsampler=UpsamplerConfig(kind="embedding")), "low"),

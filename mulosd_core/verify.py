@@ -19,6 +19,7 @@ __all__ = [
     "exact_accept",
     "expand_local",
     "greedy_accept",
+    "grouped_accept",
     "gsd_accept",
     "gsd_group",
     "island_waves",
@@ -246,6 +247,22 @@ def gsd_accept(
     p_g = (probs.gather(-1, cand).to(torch.float64) * m).sum(-1)
     q_g = (q.gather(-1, cand).to(torch.float64) * m).sum(-1)
     return exact_accept(p_g, q_g, uniform)
+
+
+def grouped_accept(
+    probs: Tensor,
+    draft: Tensor,
+    codebook: Tensor,
+    tau: float,
+    rank_window: int = GSD_RANK_WINDOW,
+    p_thr: float = GSD_P_THR,
+    d_thr: float = GSD_D_THR,
+) -> Tensor:
+    """Bool: MuLo-SD's deterministic test over GSD's group instead of the k nearest codes, accept iff
+    sum_G p >= tau with G from `gsd_group` (x always in it). Our combination, for drafts that have no
+    drafter probability (upsampled, r > 1), so GSD's p/q test cannot apply."""
+    cand, member = gsd_group(probs, draft, codebook, rank_window, p_thr, d_thr)
+    return (probs.gather(-1, cand) * member.to(probs.dtype)).sum(-1) >= tau
 
 
 def greedy_accept(probs: Tensor, draft: Tensor) -> Tensor:

@@ -64,7 +64,9 @@ class MuLoSDLocalVerifier(io.ComfyNode):
                 io.Combo.Input("rule", options=list(RULES), default=v.rule,
                                tooltip="mulo: pooled neighbour mass >= tau; lantern: LANTERN's relaxed p/q test; "
                                        "exact: speculative decoding's p/q test (exact target distribution); greedy: "
-                                       "draft == the target's argmax. exact and lantern need a same-resolution drafter."),
+                                       "draft == the target's argmax; grouped: the target's mass over GSD's group of similar "
+                                       "candidates >= tau; gsd: GSD's grouped p/q test. exact, lantern and gsd need a "
+                                       "same-resolution drafter."),
                 io.Float.Input("tau", default=v.tau, min=0.0, max=1.0, step=0.01,
                                tooltip="mulo rule: acceptance threshold on the pooled probability mass (0 accepts "
                                        "everything, 1 almost nothing). Lower is faster, higher is closer to the target."),

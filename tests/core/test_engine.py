@@ -689,7 +689,7 @@ def test_recheck_counts_its_rounds_and_the_steps_that_ran_out(models):
 
 @pytest.mark.parametrize("kwargs", [dict(rule="exact"), dict(rule="lantern"), dict(rule="gsd")])
 def test_recheck_needs_a_repeatable_test(kwargs):
-    with pytest.raises(ValueError, match="recheck needs the mulo or greedy rule .* set recheck to 0"):
+    with pytest.raises(ValueError, match="recheck needs the mulo, greedy or grouped rule .* set recheck to 0"):
         VerifierConfig(recheck=2, **kwargs)
 
 
@@ -735,3 +735,17 @@ def test_decode_returns_images(models):
     assert res.images.shape == (2, 3, 16, 16)
     assert float(res.images.min()) >= 0 and float(res.images.max()) <= 1
     assert res.stats.seconds["total"] > 0
+
+
+@pytest.mark.parametrize("recheck", [0, 4])
+def test_grouped_rule_runs_with_a_low_resolution_drafter(models, recheck):
+    """rule "grouped" (GSD's group pooled against tau) needs no drafter probability, so it runs with upsampled
+    drafts, and as a deterministic test it can be rechecked; tau above 1 rejects everything, as for mulo."""
+    res = generate(models[4], torch.tensor([1, 2]), SamplingConfig(cfg_scale=1.0),
+                   spec(rule="grouped", tau=0.02, radius=0, recheck=recheck, rows_per_step=2), drafter=models[2], seed=1,
+                   decode=False)
+    s = res.stats
+    assert s.accepted + s.resampled == 32 and 0 < s.accepted
+    none = generate(models[4], torch.tensor([1]), SamplingConfig(cfg_scale=1.0), spec(rule="grouped", tau=1.05),
+                    drafter=models[2], seed=1, decode=False)
+    assert none.stats.accepted == 0

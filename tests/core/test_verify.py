@@ -422,3 +422,19 @@ def test_islands_example():
     assert label_islands(m).tolist() == [[1, 1, 0, 0, 2], [0, 0, 1, 0, 2], [3, 0, 0, 0, 0]]
     assert [w.tolist() for w in island_waves(m)] == [[0, 4, 10], [1, 9], [7]]
     assert island_waves(torch.zeros(2, 3, dtype=torch.bool)) == []
+
+
+def test_grouped_accept_pools_gsd_group_against_tau():
+    """sum of p over GSD's group >= tau; a window of 0 leaves x alone, i.e. p(x) >= tau."""
+    from mulosd_core.verify import grouped_accept, gsd_group
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(5, 7, 32, generator=g), -1)
+    draft = torch.randint(0, 32, (5, 7), generator=g)
+    cb = torch.nn.functional.normalize(torch.randn(32, 4, generator=g), dim=-1)
+    cand, member = gsd_group(probs, draft, cb)
+    pooled = (probs.gather(-1, cand) * member).sum(-1)
+    for tau in (0.0, 0.05, 0.1, 0.3):
+        assert torch.equal(grouped_accept(probs, draft, cb, tau), pooled >= tau)
+    alone = grouped_accept(probs, draft, cb, 0.04, rank_window=0)
+    assert torch.equal(alone, probs.gather(-1, draft[..., None])[..., 0] >= 0.04)
+    assert bool((pooled >= probs.gather(-1, draft[..., None])[..., 0] - 1e-7).all())   # x is always in its group

@@ -37,7 +37,7 @@ def test_verifier_recheck_input(pack):
     assert (out.recheck, out.recheck_scope) == (4, "all")
     with pytest.raises(ValueError, match=r"recheck_scope: expected one of \[.drafts., .all.\], got .everything."):
         MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck_scope": "everything"}))
-    with pytest.raises(ValueError, match="recheck needs the mulo or greedy rule"):
+    with pytest.raises(ValueError, match="recheck needs the mulo, greedy or grouped rule"):
         MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "rule": "exact"}))
 
 
