@@ -135,21 +135,23 @@ def _preset_settings(family: str | None, upsampler: str = "pixel", recheck: int 
     """MuLo-SD's swept settings as the presets ship them for `family` now (presets.mulo_defaults); the
     upsampler kind is a condition of the run (an option), not swept."""
     d = P.mulo_defaults(family)
-    return dict(tau=d.tau, k=d.k_neighbours, radius=d.expansion_radius, window=d.parallel_window, rows=d.rows_per_step,
-                upsampler=upsampler, recheck=d.recheck if recheck is None else recheck,
+    return dict(rule="mulo", tau=d.tau, k=d.k_neighbours, radius=d.expansion_radius, window=d.parallel_window,
+                rows=d.rows_per_step, upsampler=upsampler, recheck=d.recheck if recheck is None else recheck,
                 recheck_scope=recheck_scope or d.recheck_scope)
 
 
 def _mulo(tau: float, k: int, radius: int, window: int, rows: int, upsampler: str = "pixel",
-          recheck: int = 0, recheck_scope: str = "drafts") -> MethodConfig:
-    base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius, recheck=recheck, recheck_scope=recheck_scope)
+          recheck: int = 0, recheck_scope: str = "drafts", rule: str = "mulo") -> MethodConfig:
+    base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius, recheck=recheck, recheck_scope=recheck_scope,
+                          rule=rule)
     return replace(base, parallel_window=window, rows_per_step=rows, upsampler=UpsamplerConfig(kind=upsampler))
 
 
 def _mulo_at(cur: dict, **over) -> MethodConfig:
     """MuLo-SD at the settings `cur` (see _preset_settings) with some of them overridden."""
     c = {**cur, **over}
-    return _mulo(c["tau"], c["k"], c["radius"], c["window"], c["rows"], c["upsampler"], c["recheck"], c["recheck_scope"])
+    return _mulo(c["tau"], c["k"], c["radius"], c["window"], c["rows"], c["upsampler"], c["recheck"], c["recheck_scope"],
+                 c.get("rule", "mulo"))
 
 
 def _lantern(delta: float) -> MethodConfig:
@@ -200,7 +202,8 @@ def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boo
 
 
 def _settings_label(c: dict) -> str:
-    return (f"tau={c['tau']} k={c['k']} l={c['radius']} w={c['window']} rows={c['rows']} recheck={c['recheck']}")
+    pool = "grouped" if c.get("rule") == "grouped" else f"k={c['k']}"
+    return f"tau={c['tau']} {pool} l={c['radius']} w={c['window']} rows={c['rows']} recheck={c['recheck']}"
 
 
 def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
@@ -240,7 +243,8 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
         else:
             cur.update(best["params"])
 
-    stage("tau_k_l", [dict(tau=t, k=k, radius=l) for t in g["taus"] for k in g["ks"] for l in g["radii"]])
+    stage("tau_k_l", [dict(rule="mulo", tau=t, k=k, radius=l) for t in g["taus"] for k in g["ks"] for l in g["radii"]]
+          + [dict(rule="grouped", tau=t, radius=l) for t in g["taus"] for l in g["radii"]])   # GSD's group as the pool
     stage("window", [dict(window=w) for w in g["windows"]])
     stage("rows", [dict(rows=n) for n in g["rows"]])
     stage("recheck", [dict(recheck=n) for n in g["rechecks"]])
@@ -269,7 +273,7 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
         kept.append("final")
     c = chosen_row["params"] if chosen_row else before
     grids = grid_sizes(models, c, samples, batch, warmup, n_boot_fd, progress) if grid_experiment else None
-    names = {"tau": "tau", "k": "k_neighbours", "radius": "expansion_radius", "rows": "rows_per_step",
+    names = {"rule": "rule", "tau": "tau", "k": "k_neighbours", "radius": "expansion_radius", "rows": "rows_per_step",
              "window": "parallel_window", "recheck": "recheck", "recheck_scope": "recheck_scope"}
     return {"stages": stages, "grid_experiment": grids, "family": family,
             "chosen": {names[k]: c[k] for k in names} | {"lantern_delta": delta},

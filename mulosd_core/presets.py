@@ -31,6 +31,7 @@ class MuloDefaults:
     recheck: int                # our extension (VerifierConfig.recheck); 0 = the paper's method
     recheck_scope: str
     source: str
+    rule: str = "mulo"          # the pool: "mulo" (k nearest codes) or "grouped" (GSD's group)
 
 
 # Chosen per family by the sweep (bench/sweep.py); real families (LlamaGen, Janus-Pro) keep "paper".
@@ -79,7 +80,7 @@ LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for t
 def mulo_verifier(family: str | None = "scenes", **kw) -> VerifierConfig:
     """The Local Verifier with a family's shipped settings (mulo_defaults), `kw` overriding."""
     d = mulo_defaults(family)
-    base = dict(rule="mulo", tau=d.tau, k_neighbours=d.k_neighbours, expansion_radius=d.expansion_radius,
+    base = dict(rule=d.rule, tau=d.tau, k_neighbours=d.k_neighbours, expansion_radius=d.expansion_radius,
                 rejection="local", resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope)
     base.update(kw)
     return VerifierConfig(**base)

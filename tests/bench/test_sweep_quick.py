@@ -11,7 +11,7 @@ def test_quick_sweep_writes_every_stage(tmp_path):
     res = json.loads((tmp_path / "sweep-tiny-quick.json").read_text())
     stages = res["sweep"]["stages"]
     assert list(stages)[:5] == ["tau_k_l", "window", "rows", "recheck", "lantern"]
-    assert len(stages["tau_k_l"]["rows"]) == len(S.QUICK["taus"]) * len(S.QUICK["ks"]) * len(S.QUICK["radii"])
+    assert len(stages["tau_k_l"]["rows"]) == len(S.QUICK["taus"]) * (len(S.QUICK["ks"]) + 1) * len(S.QUICK["radii"])
     assert [r["params"]["rows"] for r in stages["rows"]["rows"]] == list(S.QUICK["rows"])
     for s in stages.values():
         assert s["ar"]["wall_seconds_median"] > 0
@@ -19,7 +19,7 @@ def test_quick_sweep_writes_every_stage(tmp_path):
     if "final" in stages:   # the fastest settings that qualified somewhere, judged by the paired rule
         assert 0 < len(stages["final"]["rows"]) <= S.FINAL_TOP
     chosen = res["sweep"]["chosen"]
-    assert set(chosen) == {"tau", "k_neighbours", "expansion_radius", "rows_per_step", "parallel_window", "recheck",
+    assert set(chosen) == {"rule", "tau", "k_neighbours", "expansion_radius", "rows_per_step", "parallel_window", "recheck",
                            "recheck_scope", "lantern_delta"}
     before = P.mulo_defaults(None)   # tiny random models have no family: the paper's settings
     assert res["sweep"]["preset_before"]["rows_per_step"] == before.rows_per_step
