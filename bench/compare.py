@@ -1,4 +1,4 @@
-"""Every method on the same classes and seeds, in one process (SPEC sections 3 and 5).
+"""Every method on the same classes and seeds, in one process (docs/DESIGN.md sections 5 and 10).
 
     python -m bench.compare [--samples N] [--device cpu] [--dtype float32] [--batch 1]
                             [--methods ar mulo_islands ...] [--quick] [--models embedded|tiny]
@@ -114,6 +114,10 @@ class Models:
         return model_sampling(self.target)
 
     def drafter_for(self, kind: str | None):
+        """"low": the low-resolution drafter, "same": the same-resolution one, "self": the target itself at
+        the low drafter's grid (self-drafting: the same weights, no second model)."""
+        if kind == "self":
+            return self.target.at_grid(self.drafter.grid, name=f"{self.target.name}@self")
         return {"low": self.drafter, "same": self.sd_drafter, None: None}[kind]
 
 

@@ -93,7 +93,7 @@ def mulo_islands(family: str | None = "scenes", **kw) -> MethodConfig:
                         rows_per_step=d.rows_per_step, parallel_window=d.parallel_window)
 
 
-# name -> (method config, which drafter it needs: "low", "same" or None)
+# name -> (method config, which drafter it needs: "low", "same", "self" (the target at the low grid) or None)
 def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfig, str | None]]:
     """Every named method with MuLo-SD at `family`'s shipped settings ("mulo_paper": the paper's)."""
     mi = mulo_islands(family)
@@ -123,4 +123,6 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_embedding": (replace(mi, upsampler=UpsamplerConfig(kind="embedding")), "low"),
         "mulo_learned": (replace(mi, upsampler=UpsamplerConfig(kind="learned")), "low"),
         "mulo_oracle": (replace(mi, oracle=True), "low"),
+        # self-drafting: the target drafts for itself at the drafter's grid (LlamaGenModel.at_grid)
+        "mulo_self": (mi, "self"),
     }

@@ -31,6 +31,19 @@ class LlamaGenModel:
         self.family: Optional[str] = None   # the embedded family its card names (presets.mulo_defaults); None: real
         self._codebook_id: Optional[str] = None
 
+    def at_grid(self, grid: int, name: Optional[str] = None) -> "LlamaGenModel":
+        """The same weights run at another token grid (2D RoPE over the grid makes that possible): the
+        self-drafter of MuLo-SD, the target at 1/r of its grid. No weights are copied; each view gets its
+        own KV cache from the engine. Quality at a grid the model was not trained at is not guaranteed."""
+        if grid < 1:
+            raise ValueError(f"grid: expected a positive token grid, got {grid}")
+        view = LlamaGenModel(self.gpt, self.vq, grid * self.vq.downsample, name=name or f"{self.name}@{grid}")
+        view.family, view._codebook_id = self.family, self._codebook_id
+        for attr in ("default_sampling", "sampling_source"):
+            if hasattr(self, attr):
+                setattr(view, attr, getattr(self, attr))
+        return view
+
     @property
     def num_tokens(self) -> int:
         return self.grid * self.grid
@@ -100,7 +113,7 @@ class LlamaGenModel:
         return self.vq.quantize.codebook().detach()
 
     def codebook_id(self) -> str:
-        """Fingerprint of the codebook: drafter and target must share it (SPEC section 4)."""
+        """Fingerprint of the codebook: drafter and target must share it (docs/DESIGN.md section 7.1)."""
         if self._codebook_id is None:
             data = self.vq.quantize.embedding.weight.detach().float().cpu().numpy().tobytes()
             self._codebook_id = hashlib.sha1(data).hexdigest()[:16]
