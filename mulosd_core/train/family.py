@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -31,10 +30,11 @@ from ..imageops import resize
 from ..models.checkpoints import save_safetensors
 from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from ..models.llamagen_vq import VQConfig, VQModel
+from .common import (COMMAND_ENV, DATA_SEED, Progress, cosine_lr, load_resume, reproduce_command, save_resume,
+                     write_card)
+from .upsampler import UpsamplerStage, train_upsampler
 
 log = logging.getLogger("mulosd.train")
-DATA_SEED = 1234
-COMMAND_ENV = "MULOSD_TRAIN_COMMAND"
 
 
 @dataclass
@@ -48,16 +48,7 @@ class GPTStage:
     batch: int = 32
     lr: float = 1e-3
     pool: int = 0   # images this stage learns from; 0 = the preset's shared pool, more extends it (low grid only)
-
-
-@dataclass
-class UpsamplerStage:
-    """The learned upsampler (train/upsampler.py): width, depth and schedule."""
-    channels: int = 64
-    layers: int = 4
-    steps: int = 3000
-    batch: int = 64
-    lr: float = 3e-3
+    low_share: float = 0.0   # share of steps at half the grid (the pool's low tokens): a target that can draft for itself
 
 
 @dataclass
@@ -146,59 +137,6 @@ def get_preset(family: str, preset: str) -> Preset:
     return PRESETS[family][preset]
 
 
-class Progress:
-    """Logs a progress line with loss and ETA every `every` steps (no extra dependency)."""
-
-    def __init__(self, stage: str, total: int, start: int, every: int = 50) -> None:
-        self.stage, self.total, self.start, self.every, self.t0 = stage, total, start, every, time.perf_counter()
-
-    def __call__(self, step: int, **values: float) -> None:
-        if step % self.every and step != self.total:
-            return
-        done = step - self.start
-        rate = done / max(time.perf_counter() - self.t0, 1e-9)
-        eta = (self.total - step) / max(rate, 1e-9)
-        vals = " ".join(f"{k}={v:.4f}" for k, v in values.items())
-        log.info("[%s] %d/%d %s (%.2f it/s, eta %.0fs)", self.stage, step, self.total, vals, rate, eta)
-
-
-def cosine_lr(step: int, total: int, peak: float, warmup: int = 50) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
-
-
-def _resume_path(work: Path, stage: str) -> Path:
-    return work / f"{stage}.resume.pt"
-
-
-def _save_resume(work: Path, stage: str, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int, extra: dict) -> None:
-    tmp = _resume_path(work, stage).with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": torch.tensor(step), **extra}, tmp)
-    os.replace(tmp, _resume_path(work, stage))
-
-
-def _load_resume(work: Path, stage: str, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[int, dict]:
-    p = _resume_path(work, stage)
-    if not p.exists():
-        return 0, {}
-    state = torch.load(p, map_location="cpu", weights_only=True)
-    model.load_state_dict(state.pop("model"))
-    opt.load_state_dict(state.pop("opt"))
-    step = int(state.pop("step"))
-    log.info("[%s] resuming at step %d", stage, step)
-    return step, state
-
-
-def _write_card(out: Path, name: str, card: dict) -> None:
-    (out / f"{name}.json").write_text(json.dumps(card, indent=2, sort_keys=True))
-
-
-def _command() -> str:
-    """The command a card records: the user's, also in the second process that `--jobs 2` starts."""
-    return os.environ.get(COMMAND_ENV) or "python -m mulosd_core.train.family " + " ".join(sys.argv[1:])
-
-
 def _labels(n: int, step: int, seed: int, num_classes: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     return torch.randint(0, num_classes, (n,), generator=g)
@@ -273,7 +211,7 @@ def train_vq(p: Preset, out: Path, work: Path, device: str) -> VQModel:
     vq = VQModel(p.vq).to(device)
     params = [t for n, t in vq.named_parameters() if not n.startswith("quantize.")]
     opt = torch.optim.Adam(params, lr=p.vq_lr, betas=(0.9, 0.99))
-    start, extra = _load_resume(work, "vq", vq, opt)
+    start, extra = load_resume(work, "vq", vq, opt)
     ema = {k: extra[k] for k in ("n", "s") if k in extra}
     prog = Progress("vq", p.vq_steps, start)
     vq.train()
@@ -306,15 +244,15 @@ def train_vq(p: Preset, out: Path, work: Path, device: str) -> VQModel:
             parts["codes"] = float((ema["n"] > 1e-2).sum())
         prog(step + 1, loss=loss.item(), **parts)
         if (step + 1) % 200 == 0:
-            _save_resume(work, "vq", vq, opt, step + 1, dict(ema))
+            save_resume(work, "vq", vq, opt, step + 1, dict(ema))
     vq.eval()
     used = int((ema["n"] > 1e-2).sum()) if ema else 0
     psnr = vq_psnr(vq, 240, p.image_size, device, family=p.data)
     meta = {"mulosd_config": vq.config.to_dict(), "kind": "vq"}
     save_safetensors(vq.state_dict(), str(out / "vq.safetensors"), meta)
-    _write_card(out, "vq", {"kind": "vq", "config": vq.config.to_dict(), "steps": p.vq_steps, "data_seed": DATA_SEED,
+    write_card(out, "vq", {"kind": "vq", "config": vq.config.to_dict(), "steps": p.vq_steps, "data_seed": DATA_SEED,
                             "image_size": p.image_size, "metrics": {"psnr_db": psnr, "codes_used": used},
-                            "reproduce": _command()})
+                            "reproduce": reproduce_command()})
     log.info("[vq] PSNR %.2f dB, %d codes in use", psnr, used)
     return vq
 
@@ -402,19 +340,23 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
             torch.nn.init.normal_(m.weight, std=0.02)
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.05)
-    start, _ = _load_resume(work, stage.name, model, opt)
+    start, _ = load_resume(work, stage.name, model, opt)
     tokens = pool["full"] if stage.grid * 4 == p.image_size else pool["low"]
+    if stage.low_share and tokens is not pool["full"]:
+        raise ValueError(f"stage {stage.name}: low_share needs a full-grid stage (it trains at half its grid too)")
     prog = Progress(stage.name, stage.steps, start)
     loss_ema = None
     for step in range(start, stage.steps):
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, stage.steps, stage.lr)
         gen = torch.Generator().manual_seed(DATA_SEED * 7 + step)
-        idx = torch.randint(0, tokens.shape[0], (stage.batch,), generator=gen)
-        x = tokens[idx].long().to(device)
+        low = stage.low_share > 0 and torch.rand((), generator=gen).item() < stage.low_share
+        source, grid = (pool["low"], stage.grid // 2) if low else (tokens, stage.grid)
+        idx = torch.randint(0, source.shape[0], (stage.batch,), generator=gen)
+        x = source[idx].long().to(device)
         y = pool["labels"][idx].clone()
         y[torch.rand(stage.batch, generator=gen) < cfg.class_dropout_prob] = cfg.num_classes  # CFG's null class
-        logits = model(x, y.to(device), stage.grid)
+        logits = model(x, y.to(device), grid)
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), x.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -423,14 +365,14 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
         loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
         prog(step + 1, loss=loss_ema)
         if (step + 1) % 200 == 0:
-            _save_resume(work, stage.name, model, opt, step + 1, {})
+            save_resume(work, stage.name, model, opt, step + 1, {})
     model.eval()
     meta = {"mulosd_config": {**cfg.to_dict(), "image_size": stage.grid * 4}, "kind": "gpt"}
     save_safetensors({k: v.half() for k, v in model.state_dict().items()}, str(out / f"{stage.name}.safetensors"), meta)
-    _write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
-                                  "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema, "data_seed": DATA_SEED,
+    write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
+                                  "steps": stage.steps, "batch": stage.batch, "low_share": stage.low_share, "final_loss": loss_ema, "data_seed": DATA_SEED,
                                   "data_family": p.data, "data_variation": p.family.gpt_variation, "pool_images": int(tokens.shape[0]),
-                                  "params": sum(t.numel() for t in model.parameters()), "reproduce": _command()})
+                                  "params": sum(t.numel() for t in model.parameters()), "reproduce": reproduce_command()})
     return model
 
 
@@ -447,7 +389,7 @@ def _start_second_lane(family: str, preset: str, names: list[str], out: Path, wo
                        threads: int) -> subprocess.Popen:
     """The same command for `names` only, in a child process that logs to the same terminal."""
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, COMMAND_ENV: _command(),
+    env = {**os.environ, COMMAND_ENV: reproduce_command(),
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "mulosd_core.train.family", "--family", family, "--preset", preset, "--out", str(out), "--work", str(work),
            "--device", device, "--threads", str(threads), "--jobs", "1", "--stages", ",".join(names)]
@@ -477,7 +419,6 @@ def _train_members(names: list[str], p: Preset, vq: VQModel, out: Path, work: Pa
         log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
     if "upsampler" in names and not _done(out, "upsampler"):
         from ..models.registry import load_model
-        from .upsampler import train_upsampler
 
         pool = pool or token_pool(vq, p, work, device)
         pair = [load_model(str(out / f"{name}.safetensors"), "", device=device, vq=vq) for name in ("target", "drafter")]
@@ -546,7 +487,7 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
         "vq_downsample": p.vq.downsample, "gpt_data_variation": p.family.gpt_variation, "sampling": p.sampling,
         "members": {"vq": "vq.safetensors", "classifier": "classifier.safetensors",
                     **{s.name: f"{s.name}.safetensors" for s in p.gpts}, "upsampler": "upsampler.safetensors"},
-        "reproduce": _command()}, indent=2))
+        "reproduce": reproduce_command()}, indent=2))
     log.info("family trained in %.0fs", time.perf_counter() - t0)
 
 

@@ -8,6 +8,7 @@ only the rows a drafting step has (row-causal): the card records both.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -16,10 +17,20 @@ import torch.nn.functional as F
 from ..models.latent_upsampler import LatentUpsampler, LatentUpsamplerConfig, save_latent_upsampler
 from ..models.llamagen import LlamaGenModel
 from ..upsample import UpsamplerConfig, upsample_rows
-from .family import DATA_SEED, Progress, UpsamplerStage, _command, _load_resume, _save_resume, _write_card, cosine_lr
+from .common import DATA_SEED, Progress, cosine_lr, load_resume, reproduce_command, save_resume, write_card
 
 log = logging.getLogger("mulosd.train")
 HELD_OUT = 1000   # the pool's last pairs, never trained on
+
+
+@dataclass
+class UpsamplerStage:
+    """The learned upsampler's width, depth and schedule (one field of a family preset, train/family.py)."""
+    channels: int = 64
+    layers: int = 4
+    steps: int = 3000
+    batch: int = 64
+    lr: float = 3e-3
 
 
 @torch.no_grad()
@@ -44,7 +55,7 @@ def train_upsampler(stage: UpsamplerStage, target: LlamaGenModel, drafter: Llama
     torch.manual_seed(DATA_SEED)
     net = LatentUpsampler(cfg).to(device).train()
     opt = torch.optim.AdamW(net.parameters(), lr=stage.lr, weight_decay=0.01)
-    start, _ = _load_resume(work, "upsampler", net, opt)
+    start, _ = load_resume(work, "upsampler", net, opt)
     low, full = pool["low"].long(), pool["full"].long()
     n_train = len(low) - min(HELD_OUT, len(low) // 4)
     g = drafter.grid
@@ -62,15 +73,15 @@ def train_upsampler(stage: UpsamplerStage, target: LlamaGenModel, drafter: Llama
         loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
         prog(step + 1, loss=loss_ema)
         if (step + 1) % 200 == 0:
-            _save_resume(work, "upsampler", net, opt, step + 1, {})
+            save_resume(work, "upsampler", net, opt, step + 1, {})
     net.eval()
     net.codebook_id = codebook_id = target.codebook_id()
     metrics = token_match(target, drafter, net, low[n_train:].to(device), full[n_train:].to(device))
     log.info("[upsampler] held-out token match: learned %.3f, pixel %.3f, nearest %.3f", metrics["learned_token_match"],
              metrics["pixel_token_match"], metrics["nearest_token_match"])
     save_latent_upsampler(net, str(out / "upsampler.safetensors"))
-    _write_card(out, "upsampler", {"kind": "latent_upsampler", "config": cfg.to_dict(), "codebook_id": codebook_id,
+    write_card(out, "upsampler", {"kind": "latent_upsampler", "config": cfg.to_dict(), "codebook_id": codebook_id,
                                    "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema,
                                    "data_seed": DATA_SEED, "metrics": metrics,
-                                   "params": sum(t.numel() for t in net.parameters()), "reproduce": _command()})
+                                   "params": sum(t.numel() for t in net.parameters()), "reproduce": reproduce_command()})
     return net
