@@ -27,7 +27,7 @@ RESULTS_DIR = "bench/results"
 # the sweep the shipped presets come from (mulosd_core/presets.py), then the older one without recheck
 PRESET_SWEEPS = ("sweep-recheck-embedded.json", "sweep-embedded.json")
 
-# SPEC section 3: figures published by each method's authors, on other models, resolutions and GPUs.
+# docs/DESIGN.md section 5.7: each method's published figures, on other models, resolutions and GPUs.
 PAPER = {
     "ar": "1.0x (reference)",
     "sd": "0.96x (EAGLE-2, LlamaGen-XL 512)",

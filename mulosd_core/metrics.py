@@ -1,4 +1,4 @@
-"""Quality measures for the embedded family (SPEC section 5): classifier accuracy,
+"""Quality measures for the embedded family (docs/DESIGN.md section 10.4): classifier accuracy,
 Frechet distance in the classifier's feature space, bootstrap confidence intervals.
 
 The Frechet distance is computed with torch in float64 (the benchmark and the training

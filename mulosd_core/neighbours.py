@@ -1,4 +1,4 @@
-"""k-nearest codebook neighbour tables (SPEC section 2 step 3; LANTERN, upstream-facts C.1).
+"""k-nearest codebook neighbour tables (MuLo-SD: docs/DESIGN.md section 2.4; LANTERN: section 5.3).
 
 MuLo-SD pools the target mass over B_k(x), the k nearest codebook entries of the draft token x
 (self included, vectors as the tokenizer uses them, i.e. l2-normalised for LlamaGen's VQ).

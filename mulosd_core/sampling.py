@@ -1,4 +1,4 @@
-"""Sampling exactly as LlamaGen samples (upstream-facts A.6), with explicit random streams.
+"""Sampling exactly as LlamaGen samples (docs/DESIGN.md section 8), with explicit random streams.
 
 CFG combines raw logits as uncond + (cond - uncond) * scale, only when scale > 1; then
 temperature, top-k (ties at the k-th value survive), top-p (the first token crossing the

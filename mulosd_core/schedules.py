@@ -1,9 +1,9 @@
 """Position schedules for the target-only baselines and for parallel drafting (no model).
 
-ZipAR (upstream-facts B) and the drafter's ZipAR-style parallel drafting (SPEC section 2 step 1)
+ZipAR (docs/DESIGN.md section 5.4) and the drafter's ZipAR-style parallel drafting (section 2.2)
 are one "next-set" simulation: every forward feeds, for each active row, its newest token and
 samples that row's next column; row r+1 joins once row r holds `window` tokens. SJD's Jacobi
-window (upstream-facts D) is a pair of small formulas.
+window (section 5.5) is a pair of small formulas.
 
 Positions are flat raster indices n = row * W + col of the image (or, for a drafting block, of
 the block). Position -1 stands for "the token before position 0": the condition prefix for a
@@ -111,7 +111,7 @@ def raster_schedule(n: int) -> list[ZipARStep]:
 
 
 def zipar_schedule(W: int, window: int, rows: int | None = None) -> list[ZipARStep]:
-    """ZipAR on a rows x W grid (rows defaults to W), upstream-facts B.
+    """ZipAR on a rows x W grid (rows defaults to W), docs/DESIGN.md section 5.4.
 
     The prefill is the first step (it samples position 0); row 0 is plain AR; row r+1 starts when
     row r holds `window` tokens, its first token predicted from a proxy in slot (r, W-1); a
@@ -156,7 +156,7 @@ def jacobi_window(cur: int, total: int, L: int = 16) -> int:
 
 
 def sjd_upstream_window(cur: int, lo: int, hi: int, L: int = 16) -> int:
-    """Upstream SJD's per-forward count (upstream-facts D): min(L, hi - cur) inside
+    """Upstream SJD's per-forward count (docs/DESIGN.md section 5.5): min(L, hi - cur) inside
     [lo, hi), 1 outside (test_llamagen: lo = start + 1, hi = start + grid^2 - 18)."""
     return min(L, hi - cur) if lo <= cur < hi else 1
 

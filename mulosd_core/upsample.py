@@ -1,4 +1,4 @@
-"""Moving token rows between the two resolutions (SPEC section 2, steps 1 and 2).
+"""Moving token rows between the two resolutions (docs/DESIGN.md sections 2.2 and 2.3).
 
 `upsample_rows` (U_r) takes the drafted low-res rows plus the low-res rows above them and
 returns the target tokens of the r x rows rows under the drafted rows; `downsample_rows`

@@ -1,10 +1,10 @@
-"""Acceptance rules, rejection expansion and island grouping (SPEC section 2, steps 3-5).
+"""Acceptance rules, rejection expansion and island grouping (docs/DESIGN.md sections 2.4-2.6).
 
 Pure functions on tensors, no model. Shapes follow docs/ARCHITECTURE.md: probabilities are
 float [..., V] already processed (CFG, temperature, top-k, top-p), draft tokens are Long [...].
-Baseline rules live here too: exact SD (min(1, p/q)), LANTERN's pooled rule (upstream-facts C.2),
-GSD's grouped rule (upstream-facts E) and greedy, so every method in the engine is the same loop
-with a different rule.
+Baseline rules live here too: exact SD (min(1, p/q); docs/DESIGN.md section 5.2), LANTERN's
+pooled rule (section 5.3), GSD's grouped rule (section 5.6) and greedy, so every method in the
+engine is the same loop with a different rule.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def mulo_accept(probs: Tensor, draft: Tensor, neighbours: Tensor, tau: float) ->
 
 
 LANTERN_K_UPSTREAM = 1000       # LANTERN's neighbourhood size for LlamaGen ...
-LANTERN_CODEBOOK_UPSTREAM = 16384   # ... whose VQ has 16384 codes (upstream-facts C.3)
+LANTERN_CODEBOOK_UPSTREAM = 16384   # ... whose VQ has 16384 codes (docs/DESIGN.md section 5.3)
 
 
 def lantern_neighbours(codebook_size: int, k: int = 0) -> int:
@@ -71,7 +71,7 @@ def lantern_neighbours(codebook_size: int, k: int = 0) -> int:
 def lantern_pool(
     probs: Tensor, draft: Tensor, sorted_neighbours: Tensor, k: int, delta: float
 ) -> tuple[Tensor, Tensor]:
-    """(pooled_p, used) per upstream-facts C.2.
+    """(pooled_p, used) per LANTERN's rule (docs/DESIGN.md section 5.3).
 
     c_j = cumulative target mass of A_k(x) nearest first (self excluded); J = largest j with
     c_j <= delta (delta <= 1, a TVD budget) or c_j <= (delta - 1) * p(x) (delta > 1, LANTERN++
@@ -126,7 +126,7 @@ def _normalise_or_uniform(p: Tensor) -> Tensor:
 def lantern_reject_update(
     p: Tensor, draft: Tensor, sorted_neighbours: Tensor, k: int, used_neighbourhood: Tensor
 ) -> Tensor:
-    """Target distribution after LANTERN rejects `draft` (upstream-facts C.2, sampling path).
+    """Target distribution after LANTERN rejects `draft` (docs/DESIGN.md section 5.3, sampling path).
 
     p(x) := 0 and, where a neighbourhood was used (J exists), p := 0 on the first k + 1
     neighbours A_{k+1}(x) (k + 1, not J + 1, as upstream does); then renormalise, uniform if
@@ -169,7 +169,7 @@ def residual(p: Tensor, q: Tensor) -> Tensor:
     return torch.where(s > 0, r / torch.where(s > 0, s, torch.ones_like(s)), fallback)
 
 
-# GSD (So et al., ICCV 2025; upstream-facts E), upstream's constants.
+# GSD (So et al., ICCV 2025; docs/DESIGN.md section 5.6), upstream's constants.
 GSD_RANK_WINDOW = 7     # candidates: tokens ranked within this many places of the draft
 GSD_P_THR = 0.15        # ... whose target probability is within this of p(x)
 GSD_D_THR = 0.5         # ... and whose squared distance to x is below this (see gsd_group)
@@ -195,13 +195,14 @@ def gsd_group(
 
     Distances. Upstream measures them on Lumina-mGPT's input embedding table (the LM's own learned
     token vectors, 4096-d, scale unknown to us). We measure them between the VQ codebook vectors
-    l2-normalised (as LlamaGen's and Janus' tokenizers use them, and as MuLo-SD's B_k does, SPEC 2
-    step 3): that is the space the decoder turns into pixels, so it is what "visually similar"
-    means here, and on unit vectors a squared distance is 2 - 2 cos, the same scale for every
-    codebook whatever its size or dimension. We keep upstream's number on that scale: d_thr = 0.5
-    means cosine similarity above 0.75, a quarter of the squared distance between orthogonal codes
-    (4 = no gate). On the embedded codebook (1024 codes, 8-d) that admits 12% of code pairs, about
-    120 codes per code; the rank and probability tests do most of the choosing, as upstream.
+    l2-normalised (as LlamaGen's and Janus' tokenizers use them, and as MuLo-SD's B_k does,
+    docs/DESIGN.md section 2.4): that is the space the decoder turns into pixels, so it is what
+    "visually similar" means here, and on unit vectors a squared distance is 2 - 2 cos, the same
+    scale for every codebook whatever its size or dimension. We keep upstream's number on that
+    scale: d_thr = 0.5 means cosine similarity above 0.75, a quarter of the squared distance between
+    orthogonal codes (4 = no gate). On the embedded codebook (1024 codes, 8-d) that admits 12% of
+    code pairs, about 120 codes per code; the rank and probability tests do most of the choosing, as
+    upstream.
     Pass `codebook` already normalised; any [V, D] table works.
     """
     V = probs.shape[-1]

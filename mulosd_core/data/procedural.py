@@ -1,4 +1,4 @@
-"""Procedural class-conditional images for the embedded model family (SPEC section 4).
+"""Procedural class-conditional images for the embedded model family (docs/DESIGN.md section 9.3).
 
 Every class is a pattern kind; colours (from a small palette, on a flat background),
 positions, sizes, angles, periods and phases are nuisance variation. Some classes differ in their coarse layout

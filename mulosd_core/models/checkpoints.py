@@ -2,7 +2,7 @@
 
 No code from a checkpoint ever runs. Official LlamaGen files nest the weights under
 "model" (DDP), "module" (DeepSpeed) or "state_dict", or are flat (FSDP consolidated);
-sampling takes them in that order and never reads "ema" unless asked (upstream-facts A.7).
+sampling takes them in that order and never reads "ema" unless asked (docs/DESIGN.md section 7.6).
 Every error names the file and says what is wrong.
 """
 from __future__ import annotations

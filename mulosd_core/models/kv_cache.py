@@ -1,7 +1,7 @@
 """Static KV cache: allocated once at the final length, written by index, never grown.
 
 `valid[b, j]` says whether key slot j may be attended. Slots become valid when written;
-t2i caption padding stays invalid (upstream-facts A.6: emb_masks). Queries always see
+t2i caption padding stays invalid (docs/DESIGN.md section 7.5). Queries always see
 their own slot, so fully masked condition rows stay well defined.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The learned upsampler: low-res token rows -> the target's tokens under them (SPEC section 2, step 2).
+"""The learned upsampler: low-res token rows -> the target's tokens under them (docs/DESIGN.md section 3.2).
 
 A small network in a latent space of its own: token embeddings, a few residual convolutions
 that are row-causal (a 3x3 kernel whose bottom row is zero, so an output row sees its own

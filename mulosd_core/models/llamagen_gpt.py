@@ -1,6 +1,6 @@
 """LlamaGen GPT (c2i and t2i), parameter names identical to FoundationVision/LlamaGen.
 
-Official checkpoints load without renaming. Behaviour follows upstream-facts A.1-A.6:
+Official checkpoints load without renaming. Behaviour follows upstream (docs/DESIGN.md sections 7.2-7.5):
 pre-norm Llama blocks, SwiGLU with hidden = round_up(int(8*dim/3), 256), fused wqkv,
 2D RoPE with zero rows at condition positions, logits cast to float32. The KV cache
 lives outside the module (see kv_cache.py) so one loaded model serves many runs.
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from .kv_cache import KVCache, round_up
 from .rope import apply_rope, rope_table_2d
 
-# (n_layer, n_head, dim) of every released size (upstream-facts A.2).
+# (n_layer, n_head, dim) of every released size (docs/DESIGN.md section 7.2).
 GPT_SIZES: dict[str, tuple[int, int, int]] = {
     "GPT-B": (12, 12, 768),
     "GPT-L": (24, 16, 1024),

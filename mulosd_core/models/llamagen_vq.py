@@ -1,6 +1,6 @@
 """LlamaGen VQ tokenizer (VQ-8/VQ-16 and smaller widths), names identical to upstream.
 
-Behaviour follows upstream-facts A.8: GroupNorm(32) + swish ResNet blocks, single-head
+Behaviour follows upstream (docs/DESIGN.md section 7.7): GroupNorm(32) + swish ResNet blocks, single-head
 attention at the lowest resolution, asymmetric-pad stride-2 downsampling, nearest x2
 upsampling, and an l2-normalised codebook (normalised at use time, not in storage).
 Images cross this module's boundary in [0, 1]; the network works in [-1, 1].

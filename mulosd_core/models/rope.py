@@ -1,4 +1,4 @@
-"""2D rotary position embedding exactly as LlamaGen lays it out (upstream-facts A.4).
+"""2D rotary position embedding exactly as LlamaGen lays it out (docs/DESIGN.md section 7.4).
 
 The table has one row per sequence position. Condition positions get all-zero rows
 (cos = sin = 0, not the identity), so their q and k vanish; LlamaGen was trained that

@@ -1,4 +1,4 @@
-"""Caption features for LlamaGen t2i from a local FLAN-T5 folder (upstream-facts A.7, `language/t5.py`).
+"""Caption features for LlamaGen t2i from a local FLAN-T5 folder (docs/DESIGN.md section 7.8).
 
 Upstream tokenizes each caption with padding='max_length', max_length=120, truncation and the
 special tokens (T5 appends </s>), runs T5EncoderModel and takes last_hidden_state. It then moves

@@ -1,4 +1,4 @@
-"""The pattern classifier behind the embedded family's quality measures (SPEC section 5).
+"""The pattern classifier behind the embedded family's quality measures (docs/DESIGN.md section 10.4).
 
 It scores generated images against the requested class and supplies the
 feature space for the Frechet distance. It trains on procedural images at
@@ -274,7 +274,7 @@ def save_classifier(model: PatternClassifier, out_path: str | os.PathLike, card_
     preset = extra.get("preset", {})
     card = {
         "model": "mulosd pattern classifier",
-        "purpose": "accuracy and Frechet distance of embedded-family samples (SPEC section 5)",
+        "purpose": "accuracy and Frechet distance of embedded-family samples (docs/DESIGN.md section 10.4)",
         "config": cfg,
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "torch_version": torch.__version__,

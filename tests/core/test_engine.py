@@ -1,6 +1,6 @@
 """The decoding engine (engine.generate) on tiny random LlamaGen models, CPU.
 
-Exactness anchors of SPEC section 2: greedy + raster rejection == greedy AR; exact acceptance +
+Exactness anchors (docs/DESIGN.md section 6): greedy + raster rejection == greedy AR; exact acceptance +
 raster rejection with a same-resolution drafter samples AR's distribution (chi-square, with the
 same test failing on two deliberately wrong samplers); tau > 1 + serial resampling == AR for the
 same seed. Then call counts of the target-only baselines (ZipAR, SJD, GSD), statistics and acceptance

@@ -1,4 +1,4 @@
-"""knn_table / cached_knn_table against a brute-force definition (SPEC 2 step 3, upstream C.1)."""
+"""knn_table / cached_knn_table against a brute-force definition (docs/DESIGN.md sections 2.4 and 5.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Schedules: ZipAR (upstream-facts B), parallel drafting (SPEC 2 step 1), SJD window (D)."""
+"""Schedules: ZipAR (docs/DESIGN.md section 5.4), parallel drafting (section 2.2), SJD window (section 5.5)."""
 
 from __future__ import annotations
 

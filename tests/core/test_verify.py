@@ -1,4 +1,4 @@
-"""verify.py against brute-force definitions (SPEC 2 steps 3-5, upstream-facts C.2 and E)."""
+"""verify.py against brute-force definitions (docs/DESIGN.md sections 2.4-2.6, 5.3 and 5.6)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_mulo_k1_is_pooling_off():
 
 
 def brute_lantern(p, x, row, k, delta):
-    """Straight transcription of upstream-facts C.2 for one position."""
+    """Straight transcription of LANTERN's rule (docs/DESIGN.md section 5.3) for one position."""
     px = p[x]
     budget = delta if delta <= 1 else (delta - 1) * px
     c, J_c, used = 0.0, None, False
@@ -207,7 +207,7 @@ def test_greedy_accept_ties_first_index():
     assert greedy_accept(probs, torch.tensor([[1, 1]])).tolist() == [[False, False]]
 
 
-# ------------------------------------------------------------------ GSD (upstream-facts E)
+# ------------------------------------------------------------------ GSD (docs/DESIGN.md section 5.6)
 
 
 def brute_gsd_group(p: list[float], x: int, cb: list[list[float]], w: int, p_thr: float, d_thr: float) -> set[int]:

@@ -1,6 +1,6 @@
 """Test-only, deliberately naive re-statement of upstream LlamaGen's GPT forward.
 
-Written from shared/reference/upstream-facts.md section A, independent of
+Written from the upstream facts of docs/DESIGN.md section 7, independent of
 `mulosd_core.models` (nothing is imported from it): it reads a plain state dict
 with the official key names and computes logits the slow, obvious way, so the
 port can be checked against it.
@@ -11,7 +11,7 @@ Differences in *how* (never in *what*) from the port, on purpose:
 - Attention runs head by head with an explicit boolean mask, -inf fill and softmax.
 - The layers are plain `F.linear` calls on state-dict tensors.
 
-Upstream behaviour re-stated here (upstream-facts A.3-A.6):
+Upstream behaviour re-stated here (docs/DESIGN.md sections 7.2-7.5 and 8):
 - pre-norm block h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h)); FFN = w2(silu(w1 x) * w3 x)
 - RMSNorm: float32 x * rsqrt(mean(x^2) + eps), cast back, then times weight
 - fused wqkv split [q | k | v], heads contiguous blocks of head_dim

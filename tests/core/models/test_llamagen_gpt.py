@@ -143,7 +143,7 @@ def test_grid_from_image_size():
 
 
 # -- official sizes ----------------------------------------------------------------------------
-# upstream-facts A.2: FFN hidden and parameter counts (c2i; t2i for XL), rounded as published
+# docs/DESIGN.md section 7.2: FFN hidden and parameter counts (c2i; t2i for XL), rounded as published
 OFFICIAL = {
     "GPT-B": (64, 2048, 110.9e6, 0.1e6),
     "GPT-L": (64, 2816, 342.9e6, 0.1e6),
