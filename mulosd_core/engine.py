@@ -1,4 +1,4 @@
-"""The one decoding loop (SPEC section 2). Every method is a configuration of it.
+"""The one decoding loop (docs/DESIGN.md sections 2 and 4). Every method is a configuration of it.
 
     generate(target, cond, sampling=None, method=None, drafter=None, seed=0)
 
@@ -63,7 +63,7 @@ class VerifierConfig:
     resampling: str = "islands"
     lantern_delta: float = 0.1
     lantern_k: int = 0          # 0: upstream's 1000 of 16384 codes, scaled to the codebook (verify.lantern_neighbours)
-    # GSD's group (verify.gsd_group): rank window, probability and squared-distance thresholds (upstream-facts E)
+    # GSD's group (verify.gsd_group): rank window, probability and squared-distance thresholds (docs/DESIGN.md section 5.6)
     gsd_rank_window: int = verify.GSD_RANK_WINDOW
     gsd_p_thr: float = verify.GSD_P_THR
     gsd_d_thr: float = verify.GSD_D_THR
@@ -579,7 +579,7 @@ class _Speculative:
 
 # ------------------------------------------------------------------------- target-only
 def _run_zipar(target: ImageARModel, cond, sampling, method: MethodConfig, seed, mask, stats, progress):
-    """ZipAR (upstream-facts B): every forward feeds one token per active row (next-set prediction)."""
+    """ZipAR (docs/DESIGN.md section 5.4): every forward feeds one token per active row (next-set prediction)."""
     tr = _Runner(target, cond, sampling, mask, stats, "target_calls")
     B = tr.rows.rows // (2 if sampling.uses_cfg else 1)
     streams = Streams(seed, B, target.device)
@@ -615,9 +615,9 @@ def _gsd_accept(v: VerifierConfig, probs, q, draft, unit_codebook, u) -> torch.T
 
 
 def _run_sjd(target: ImageARModel, cond, sampling, method: MethodConfig, seed, mask, stats, progress):
-    """Speculative Jacobi decoding (upstream-facts D): a window of L drafts refined by p/q acceptance.
+    """Speculative Jacobi decoding (docs/DESIGN.md section 5.5): a window of L drafts refined by p/q acceptance.
 
-    With verifier.rule == "gsd" it is Grouped Speculative Decoding (upstream-facts E): the same drafts,
+    With verifier.rule == "gsd" it is Grouped Speculative Decoding (docs/DESIGN.md section 5.6): the same drafts,
     window and uniforms, the test over GSD's group (verify.gsd_accept), the same residual on rejection.
     Other verifier rules do not apply here (p/q acceptance).
     """
