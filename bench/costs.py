@@ -10,8 +10,8 @@ through decoding). Times are medians over `--reps` calls, each after one untimed
 - upsample_pixel: the training-free pixel route for one low-res row under the rows above it
   (VQ decode at the drafter's resolution, resize by r, VQ encode at the target's);
 - vq_decode: decoding a whole target image.
-Ratios are against target_token. Writes `<out>/costs-<models>.json` (see bench.compare for the
-tag) and prints a table.
+Ratios are against target_token. Writes `<out>/costs-<models>.json` (bench.models.models_tag
+names it) and prints a table.
 """
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ import torch
 
 from mulosd_core.upsample import UpsamplerConfig, upsample_rows
 
-from . import compare as C
+from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES
+
+from .models import Models, gpt_params, hardware, load_models, models_tag
 
 
 def _median_seconds(fn, reps: int) -> float:
@@ -50,7 +52,7 @@ def _half_filled(model, cond: torch.Tensor, tokens: torch.Tensor):
 
 
 @torch.inference_mode()
-def measure(models: C.Models, reps: int) -> dict:
+def measure(models: Models, reps: int) -> dict:
     target, drafter = models.target, models.drafter
     cond = torch.tensor([0])
     gen = torch.Generator().manual_seed(0)
@@ -78,14 +80,14 @@ def measure(models: C.Models, reps: int) -> dict:
     seconds["vq_decode"] = _median_seconds(lambda: target.decode(t_tokens), reps)
     base = seconds["target_token"]
     return {"seconds": seconds, "ratio_to_target_token": {k: v / base for k, v in seconds.items()},
-            "target": {"name": target.name, "grid": g, "params": C._params(target)},
-            "drafter": {"name": drafter.name, "grid": drafter.grid, "params": C._params(drafter), "r": r}}
+            "target": {"name": target.name, "grid": g, "params": gpt_params(target)},
+            "drafter": {"name": drafter.name, "grid": drafter.grid, "params": gpt_params(drafter), "r": r}}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
-    ap.add_argument("--family", default=C.DEFAULT_EMBEDDED_FAMILY, choices=sorted(C.EMBEDDED_FAMILIES))
+    ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES))
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: the benchmarks' setting)")
     ap.add_argument("--out", default="bench/results")
@@ -93,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 1:
         ap.error("--reps must be >= 1")
     torch.set_num_threads(args.threads)
-    models = C.load_models(args.models, family=args.family)
+    models = load_models(args.models, family=args.family)
     res = measure(models, args.reps)
     res.update(command="python -m bench.costs " + " ".join(sys.argv[1:] if argv is None else argv),
-               family=args.family, threads=args.threads, reps=args.reps, hardware=C.hardware(torch.device("cpu")))
+               family=args.family, threads=args.threads, reps=args.reps, hardware=hardware(torch.device("cpu")))
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"costs-{C.models_tag(args.models, args.family, False)}.json")
+    path = os.path.join(args.out, f"costs-{models_tag(args.models, args.family, False)}.json")
     with open(path, "w") as f:
         json.dump(res, f, indent=1)
     print(f"{'call':<22} {'ms':>8} {'x target token':>15}")

@@ -23,15 +23,16 @@ import torch
 
 from mulosd_core.ar import generate_ar
 from mulosd_core.engine import ACCEPTED, NEIGHBOUR, RECHECK_SCOPES, REJECTED, generate, map_codes
+from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES
 from mulosd_core.presets import method_presets
 from mulosd_core.train.evaluate import token_probs
 
-from . import compare as C
+from .models import Models, load_models
 
 KINDS = {"accepted": ACCEPTED, "rejected": REJECTED, "neighbour": NEIGHBOUR}
 
 
-def diagnose(models: C.Models, name: str, recheck: int, samples: int, scope: str = "drafts") -> tuple[dict, dict]:
+def diagnose(models: Models, name: str, recheck: int, samples: int, scope: str = "drafts") -> tuple[dict, dict]:
     """Per token kind: count, mean NLL (nats, p clamped at 1e-12), share below tau, share at p = 0;
     and the recheck counters per image."""
     cfg, kind = method_presets(models.target.family)[name]
@@ -57,7 +58,7 @@ def summary(p: torch.Tensor, tau: float) -> dict:
             "zero": float((p == 0).float().mean()) if n else None}
 
 
-def ar_reference(models: C.Models, samples: int) -> dict:
+def ar_reference(models: Models, samples: int) -> dict:
     ps = []
     for i in range(samples):
         lab = torch.tensor([i % models.family.num_classes])
@@ -74,12 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recheck-scope", nargs="+", default=["drafts"], choices=RECHECK_SCOPES,
                     help="what a recheck round verifies again (VerifierConfig.recheck_scope)")
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
-    ap.add_argument("--family", default=C.DEFAULT_EMBEDDED_FAMILY, choices=sorted(C.EMBEDDED_FAMILIES))
+    ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES))
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    models = C.load_models(args.models, family=args.family)
+    models = load_models(args.models, family=args.family)
     out = {"command": "python -m bench.diagnose " + " ".join(sys.argv[1:] if argv is None else argv),
            "ar": ar_reference(models, args.samples), "methods": {}, "recheck": {}}
     for name in args.methods:

@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-from . import compare as C
+from .tables import ci_statistic, markdown_table, time_split_table
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 RESULTS_DIR = "bench/results"
@@ -77,16 +77,16 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
         lines += ["**These results come from random test models: every quality column is meaningless.**", ""]
     lines += ["Speed-up = median AR seconds per image / median method seconds per image, measured in the same process "
               "on the same classes and seeds, methods interleaved per sample; the interval: "
-              f"{C.ci_statistic(result)}. Share of oracle = speed-up / the speed-up of `mulo_oracle` (every draft accepted). "
+              f"{ci_statistic(result)}. Share of oracle = speed-up / the speed-up of `mulo_oracle` (every draft accepted). "
               "Accuracy: the project's pattern classifier against the requested class; FD: Frechet distance in its "
               "feature space against real procedural samples; NLL: mean per-token negative log-likelihood of the "
               "final grid under the target with the same CFG/temperature.", "",
               "The last column is **not comparable number for number**: the papers' figures are for LlamaGen-XL / "
               "Tar-7B / Emu3 at 512-1024 px on data-centre GPUs, a different scale and different hardware from the "
               "small models of this run.", "",
-              C.markdown_table(result, paper=PAPER), "",
+              markdown_table(result, paper=PAPER), "",
               "Time split (seconds per image; ZipAR and SJD have no part timers, their time is under other):", "",
-              C.time_split_table(result), ""]
+              time_split_table(result), ""]
     chk = result.get("checks")
     if chk is not None:
         lines.append(f"Consistency checks: {'passed' if chk.get('passed') else 'FAILED: ' + '; '.join(chk['failures'])}.")

@@ -3,7 +3,7 @@
     python -m bench.sweep [--samples N] [--quick] [--models embedded|tiny] [--device cpu]
                           [--grid-experiment] [--out bench/results] [--threads T]
 
-Stages, each one process-internal run of `bench.compare.run_methods` with its own AR runs on the
+Stages, each one process-internal run of `bench.methods.run_methods` with its own AR runs on the
 same classes and seeds (sample i: class i % the number of classes, seed i; methods interleaved per sample):
 
   1. tau x k     tau in TAUS, k in KS (l, w at the preset defaults)
@@ -47,12 +47,17 @@ from dataclasses import replace
 import torch
 
 from mulosd_core import presets as P
+from mulosd_core.ar import model_sampling
 from mulosd_core.engine import RECHECK_SCOPES, MethodConfig, VerifierConfig
 from mulosd_core.models.llamagen import LlamaGenModel
-from mulosd_core.models.registry import DTYPES
+from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, DTYPES, EMBEDDED_FAMILIES
 from mulosd_core.upsample import KINDS, UpsamplerConfig
 
-from . import compare as C
+from .methods import run_methods
+from .models import Models, hardware, load_models, model_info, models_tag
+from .quality import N_BOOT_FD, N_BOOT_FD_QUICK, real_features
+from .summary import summarise
+from .tables import fmt_ci, fmt_num, jsonable
 
 log = logging.getLogger("bench.sweep")
 
@@ -111,13 +116,13 @@ KEEP = ("target_calls", "drafter_calls", "tokens_per_target_call", "acceptance_r
         "fd", "fd_ci", "nll", "nll_ci", "vs_ar")
 
 
-def run_stage(name: str, models: C.Models, settings: dict[str, tuple[dict, MethodConfig, str]], samples: int,
+def run_stage(name: str, models: Models, settings: dict[str, tuple[dict, MethodConfig, str]], samples: int,
               batch: int, warmup: int, n_boot_fd: int, real, progress: bool, rule=qualifies) -> dict:
     """settings: label -> (params, config, drafter kind). Returns {"ar": summary, "rows": [...]}."""
     methods = {"ar": (MethodConfig(method="ar"), None)}
     methods.update({label: (cfg, kind) for label, (_, cfg, kind) in settings.items()})
-    raw = C.run_methods(models, methods, samples, batch, warmup, progress=progress, label=f"sweep:{name}")
-    summ = C.summarise(raw, methods, real, uuid.uuid4().hex, models.target.device, n_boot_fd=n_boot_fd)
+    raw = run_methods(models, methods, samples, batch, warmup, progress=progress, label=f"sweep:{name}")
+    summ = summarise(raw, methods, real, uuid.uuid4().hex, models.target.device, n_boot_fd=n_boot_fd)
     ar = {k: summ["ar"][k] for k in KEEP}
     rows = []
     for label, (params, cfg, kind) in settings.items():
@@ -161,11 +166,11 @@ def _lantern(delta: float) -> MethodConfig:
 
 def _at_grid(model: LlamaGenModel, grid: int, name: str) -> LlamaGenModel:
     out = LlamaGenModel(model.gpt, model.vq, grid * model.vq.downsample, name=name)
-    out.default_sampling = C.model_sampling(model)   # the same weights sample as they were trained to
+    out.default_sampling = model_sampling(model)   # the same weights sample as they were trained to
     return out
 
 
-def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: int, n_boot_fd: int,
+def grid_sizes(models: Models, cur: dict, samples: int, batch: int, warmup: int, n_boot_fd: int,
                progress: bool) -> list[dict]:
     """AR and MuLo-SD (settings `cur`) with the target at each GRID_FACTORS grid, drafter at half."""
     grids = []
@@ -178,8 +183,8 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
         methods = {"ar": (MethodConfig(method="ar"), None),
                    "mulo_islands": (_mulo_at(cur), "low")}
         t0 = time.perf_counter()
-        raw = C.run_methods(m, methods, n, batch, warmup, progress=progress, label=f"sweep:grid{gt}")
-        summ = C.summarise(raw, methods, C.real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
+        raw = run_methods(m, methods, n, batch, warmup, progress=progress, label=f"sweep:grid{gt}")
+        summ = summarise(raw, methods, real_features(m, n), uuid.uuid4().hex, m.target.device, n_boot_fd=n_boot_fd)
         grids.append({"grid": gt, "drafter_grid": gt // 2, "samples": n, "native": gt == native,
                       "label": "trained grid" if gt == native else "untrained grid: quality unknown, not a claim",
                       "seconds": time.perf_counter() - t0,
@@ -187,7 +192,7 @@ def grid_sizes(models: C.Models, cur: dict, samples: int, batch: int, warmup: in
     return grids
 
 
-def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boot_fd: int, progress: bool,
+def recheck_stage(models: Models, samples: int, batch: int, warmup: int, n_boot_fd: int, progress: bool,
                   upsampler: str, scope: str = "drafts") -> dict:
     """MuLo-SD at the preset defaults with each RECHECKS number of recheck rounds of `scope`, against AR
     (the rule is applied and reported, but nothing is chosen here: presets.MULO_RECHECK records the choice)."""
@@ -195,7 +200,7 @@ def recheck_stage(models: C.Models, samples: int, batch: int, warmup: int, n_boo
     t0 = time.perf_counter()
     settings = {f"recheck={n}": (dict(recheck=n, recheck_scope=scope), _mulo_at(cur, recheck=n, recheck_scope=scope), "low")
                 for n in RECHECKS}
-    s = run_stage("recheck", models, settings, samples, batch, warmup, n_boot_fd, C.real_features(models, samples),
+    s = run_stage("recheck", models, settings, samples, batch, warmup, n_boot_fd, real_features(models, samples),
                   progress)
     s["seconds"] = time.perf_counter() - t0
     return s
@@ -206,7 +211,7 @@ def _settings_label(c: dict) -> str:
     return f"tau={c['tau']} {pool} l={c['radius']} w={c['window']} rows={c['rows']} recheck={c['recheck']}"
 
 
-def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
+def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
           progress: bool = True, upsampler: str = "pixel", recheck: int | None = None,
           recheck_scope: str | None = None, final_samples: int = FINAL_SAMPLES, final_top: int = FINAL_TOP) -> dict:
     """Greedy stages at `samples` each (tau x k x l jointly, then w, rows, recheck, LANTERN's delta), then a
@@ -216,8 +221,8 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
                                  deltas=DELTAS)
     if recheck is not None:
         g = {**g, "rechecks": (recheck,)}
-    n_boot_fd = C.N_BOOT_FD_QUICK if quick else C.N_BOOT_FD
-    real = C.real_features(models, samples)
+    n_boot_fd = N_BOOT_FD_QUICK if quick else N_BOOT_FD
+    real = real_features(models, samples)
     stages: dict[str, dict] = {}
     family = models.target.family
     before = _preset_settings(family, upsampler, recheck, recheck_scope)
@@ -263,7 +268,7 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
         n = max(final_samples, samples)
         settings = {label: (c["settings"], _mulo_at(c["settings"]), "low") for label, c in top}
         t0 = time.perf_counter()
-        final = run_stage("final", models, settings, n, batch, warmup, n_boot_fd, C.real_features(models, n), progress,
+        final = run_stage("final", models, settings, n, batch, warmup, n_boot_fd, real_features(models, n), progress,
                           rule=qualifies_paired)
         final["seconds"] = time.perf_counter() - t0
         final["samples"] = n
@@ -282,7 +287,7 @@ def sweep(models: C.Models, samples: int, quick: bool, batch: int = 1, warmup: i
 
 
 def markdown(res: dict) -> str:
-    f, ci = C._f, C._ci
+    f, ci = fmt_num, fmt_ci
     out = [f"# Sweep `{res['tag']}`", "", f"- command: `{res['command']}`", f"- date: {res['date']}",
            f"- hardware: {res['hardware']['device_name']} ({res['hardware']['device']}), {res['hardware']['cpu_count']} "
            f"CPUs, torch {res['hardware']['torch']}", f"- samples per setting: {res['samples']}",
@@ -362,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="samples per candidate in the final stage (the paired-interval verdict)")
     ap.add_argument("--final-top", type=int, default=FINAL_TOP, help="candidates carried into the final stage")
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--family", default=C.DEFAULT_EMBEDDED_FAMILY, choices=sorted(C.EMBEDDED_FAMILIES),
+    ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES),
                     help="embedded family (default scenes)")
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-<family>][-quick] (the default family adds nothing)")
     ap.add_argument("--threads", type=int, default=0)
@@ -373,17 +378,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     kind = "grid" if args.grid_only else "recheck" if args.recheck_only else "sweep"
-    tag = args.tag or f"{kind}-{C.models_tag(args.models, args.family, args.quick)}"
+    tag = args.tag or f"{kind}-{models_tag(args.models, args.family, args.quick)}"
     samples = args.samples or (2 if args.quick else 32)
     t0 = time.perf_counter()
-    models = C.load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family)
+    models = load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family)
     if args.grid_only:
-        n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
+        n_boot_fd = N_BOOT_FD_QUICK if args.quick else N_BOOT_FD
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
                      "grid_experiment": grid_sizes(models, _preset_settings(models.target.family, args.upsampler), samples, args.batch, args.warmup, n_boot_fd,
                                                    not args.no_progress)}
     elif args.recheck_only:
-        n_boot_fd = C.N_BOOT_FD_QUICK if args.quick else C.N_BOOT_FD
+        n_boot_fd = N_BOOT_FD_QUICK if args.quick else N_BOOT_FD
         res_sweep = {"stages": {"recheck": recheck_stage(models, samples, args.batch, args.warmup, n_boot_fd,
                                                          not args.no_progress, args.upsampler,
                                                          args.recheck_scope or "drafts")},
@@ -395,13 +400,13 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,
-           "hardware": C.hardware(device), "samples": samples, "rule": RULE,
-           "settings": {"models": args.models, "family": args.family, "model_info": C.model_info(models), "dtype": args.dtype,
+           "hardware": hardware(device), "samples": samples, "rule": RULE,
+           "settings": {"models": args.models, "family": args.family, "model_info": model_info(models), "dtype": args.dtype,
                         "batch": args.batch, "warmup": args.warmup, "upsampler": args.upsampler, "recheck": args.recheck, "recheck_scope": args.recheck_scope, "quick": args.quick, "sampling": models.sampling.to_dict(),
                         "grid": models.target.grid, "quality_meaningful": models.quality_meaningful,
                         "seconds": time.perf_counter() - t0},
            "sweep": res_sweep}
-    res = C._jsonable(res)
+    res = jsonable(res)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{tag}.json")
     with open(path, "w") as f:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from bench import compare as C
+from bench.methods import QUICK_METHODS, TIME_PARTS
 from bench import report as R
 
 TOP = {"command", "date", "hardware", "samples", "settings", "methods", "checks", "invocation"}
@@ -39,11 +40,11 @@ def test_quick_json_schema(quick_run):
     assert TOP <= set(res)
     assert {"processor", "cpu_count", "torch", "device_name"} <= set(res["hardware"])
     assert res["samples"] == 2 and res["settings"]["quality_meaningful"] is False
-    assert set(C.QUICK_METHODS) == set(res["methods"])
+    assert set(QUICK_METHODS) == set(res["methods"])
     assert {"ar", "mulo_islands", "zipar", "sjd", "sd"} <= set(res["methods"])
     for name, m in res["methods"].items():
         assert PER_METHOD <= set(m), (name, PER_METHOD - set(m))
-        assert set(m["time_split"]) == set(C.TIME_PARTS)
+        assert set(m["time_split"]) == set(TIME_PARTS)
         assert m["peak_memory"]["kind"] == "cpu_max_rss_growth"
         assert m["wall_seconds_median"] > 0 and m["wall_ratio_vs_ar"] > 0
         assert len(m["runs"]["wall_seconds"]) == 2

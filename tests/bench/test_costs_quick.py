@@ -6,8 +6,9 @@ import json
 
 import torch
 
-from bench import compare as C
+from bench import models as M
 from bench import costs
+from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY
 
 
 def test_costs_on_tiny_models(tmp_path, capsys):
@@ -28,6 +29,6 @@ def test_costs_on_tiny_models(tmp_path, capsys):
 
 
 def test_tags_name_the_family():
-    assert C.default_tag("cpu", "embedded", C.DEFAULT_EMBEDDED_FAMILY, False) == "cpu-embedded"
-    assert C.default_tag("cpu", "embedded", "patterns", True) == "cpu-embedded-patterns-quick"
-    assert C.models_tag("tiny", "patterns", False) == "tiny"     # tiny models have no family to name
+    assert M.default_tag("cpu", "embedded", DEFAULT_EMBEDDED_FAMILY, False) == "cpu-embedded"
+    assert M.default_tag("cpu", "embedded", "patterns", True) == "cpu-embedded-patterns-quick"
+    assert M.models_tag("tiny", "patterns", False) == "tiny"     # tiny models have no family to name

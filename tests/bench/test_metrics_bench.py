@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from bench import compare as C
+from bench import quality as Q
+from bench import summary as SU
+from bench import tables as T
 from bench import sweep as S
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.schedules import zipar_nfe
@@ -17,36 +19,36 @@ from mulosd_core.schedules import zipar_nfe
 def test_ratio_of_medians_is_a_speed_up():
     ar = [2.0, 2.2, 1.8, 100.0]          # an outlier moves the mean, not the median
     fast = [1.0, 1.1, 0.9, 1.0]
-    assert C.ratio_of_medians(ar, fast) == pytest.approx(np.median(ar) / np.median(fast))
-    assert C.ratio_of_medians(ar, fast) == pytest.approx(2.1 / 1.0)
-    assert C.ratio_of_medians(ar, ar) == 1.0
+    assert Q.ratio_of_medians(ar, fast) == pytest.approx(np.median(ar) / np.median(fast))
+    assert Q.ratio_of_medians(ar, fast) == pytest.approx(2.1 / 1.0)
+    assert Q.ratio_of_medians(ar, ar) == 1.0
 
 
 def test_ratio_ci_is_paired_ratio_of_medians():
     ar = np.array([2.0, 4.0, 6.0])
     m = ar / 2                              # exactly twice as fast on every sample
-    lo, hi = C.ratio_ci(ar, m)
+    lo, hi = Q.ratio_ci(ar, m)
     assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)   # paired: no spread at all
-    assert C.ratio_ci([1.0], [1.0, 2.0]) is None
+    assert Q.ratio_ci([1.0], [1.0, 2.0]) is None
     # one slow outlier moves a ratio of means but not the ratio of medians the table reports
     ar, m = np.ones(9), np.r_[np.full(8, 0.5), 50.0]
-    assert C.ratio_of_medians(ar, m) == pytest.approx(2.0)
-    lo, hi = C.ratio_ci(ar, m, n_boot=400)
+    assert Q.ratio_of_medians(ar, m) == pytest.approx(2.0)
+    lo, hi = Q.ratio_ci(ar, m, n_boot=400)
     assert lo <= 2.0 <= hi and hi == pytest.approx(2.0)
-    assert C.ci_statistic({"settings": {"wall_ratio_ci": C.WALL_RATIO_CI}}) == C.WALL_RATIO_CI
-    assert C.ci_statistic({"settings": {}}) == "paired bootstrap of the ratio of means"   # older results JSON
+    assert T.ci_statistic({"settings": {"wall_ratio_ci": Q.WALL_RATIO_CI}}) == Q.WALL_RATIO_CI
+    assert T.ci_statistic({"settings": {}}) == "paired bootstrap of the ratio of means"   # older results JSON
 
 
 def test_share_of_oracle():
-    assert C.share_of_oracle(1.4, 2.0) == pytest.approx(0.7)
-    assert C.share_of_oracle(2.0, 2.0) == 1.0
-    assert C.share_of_oracle(1.0, None) is None
-    assert C.share_of_oracle(None, 2.0) is None
-    assert C.share_of_oracle(1.0, 0.0) is None
+    assert Q.share_of_oracle(1.4, 2.0) == pytest.approx(0.7)
+    assert Q.share_of_oracle(2.0, 2.0) == 1.0
+    assert Q.share_of_oracle(1.0, None) is None
+    assert Q.share_of_oracle(None, 2.0) is None
+    assert Q.share_of_oracle(1.0, 0.0) is None
 
 
 def test_iqr():
-    spread, q25, q75 = C.iqr([1, 2, 3, 4, 5])
+    spread, q25, q75 = Q.iqr([1, 2, 3, 4, 5])
     assert (q25, q75, spread) == (2.0, 4.0, 2.0)
 
 
@@ -55,10 +57,10 @@ def test_benchmark_fd_is_metrics_frechet_distance():
     from mulosd_core.metrics import bootstrap_ci_pair, frechet_distance
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((60, 5)), rng.standard_normal((40, 5)) * 1.3 + 0.2
-    fd, ci = C._fd(a, b, n_boot=20)
+    fd, ci = Q.fd_with_ci(a, b, n_boot=20)
     assert fd == frechet_distance(a, b)
     assert ci == list(bootstrap_ci_pair(a, b, frechet_distance, n_boot=20, seed=0))
-    assert C._fd(a[:1], b) == (None, None)
+    assert Q.fd_with_ci(a[:1], b) == (None, None)
 
 
 # --------------------------------------------------------------------- NLL
@@ -85,17 +87,17 @@ def test_nll_hand_computed():
     tokens = torch.tensor([[1, 1, 0, 1]])
     cond = torch.tensor([2])
     # no CFG: p = [1/4, 3/4]
-    got = C.target_nll(t, tokens, cond, SamplingConfig(cfg_scale=1.0))
+    got = Q.target_nll(t, tokens, cond, SamplingConfig(cfg_scale=1.0))
     want = -(3 * math.log(0.75) + math.log(0.25)) / 4
     assert float(got[0]) == pytest.approx(want, rel=1e-6)
     # CFG 2: uncond + (cond - uncond) * 2 = [0, 2 log 3] -> p = [1/10, 9/10]
-    got = C.target_nll(t, tokens, cond, SamplingConfig(cfg_scale=2.0))
+    got = Q.target_nll(t, tokens, cond, SamplingConfig(cfg_scale=2.0))
     assert float(got[0]) == pytest.approx(-(3 * math.log(0.9) + math.log(0.1)) / 4, rel=1e-6)
     # temperature 2 on the CFG logits: [0, log 3] -> [1/4, 3/4]
-    got = C.target_nll(t, tokens, cond, SamplingConfig(cfg_scale=2.0, temperature=2.0))
+    got = Q.target_nll(t, tokens, cond, SamplingConfig(cfg_scale=2.0, temperature=2.0))
     assert float(got[0]) == pytest.approx(want, rel=1e-6)
     # top-k 1 removes token 0: its probability is floored at 1e-12
-    got = C.target_nll(t, tokens, cond, SamplingConfig(cfg_scale=1.0, top_k=1))
+    got = Q.target_nll(t, tokens, cond, SamplingConfig(cfg_scale=1.0, top_k=1))
     assert float(got[0]) == pytest.approx(-math.log(1e-12) / 4, rel=1e-6)
 
 
@@ -117,7 +119,7 @@ def test_nll_matches_cached_step_by_step_probabilities():
             logits.append(m.forward_tokens(fed[:, n:n + 1], torch.tensor([n]), cache)[:, 0])
         probs = process_logits(cfg_combine(torch.stack(logits, 1), s.cfg_scale), s)
     want = -probs.gather(-1, tokens[..., None])[..., 0].clamp_min(1e-12).log().mean(-1)
-    assert torch.allclose(C.target_nll(m, tokens, cond, s), want, atol=1e-4)
+    assert torch.allclose(Q.target_nll(m, tokens, cond, s), want, atol=1e-4)
 
 
 # ------------------------------------------------------------- sweep rule
@@ -151,12 +153,12 @@ def _valid_result():
           "mulo_raster": _method("speculative", [8, 9], [0.7, 0.6], rejection="raster"),
           "mulo_oracle": _method("speculative", [3, 3], [0.3, 0.3])}
     for m in ms.values():
-        m["wall_ratio_vs_ar"] = C.ratio_of_medians(ms["ar"]["runs"]["wall_seconds"], m["runs"]["wall_seconds"])
+        m["wall_ratio_vs_ar"] = Q.ratio_of_medians(ms["ar"]["runs"]["wall_seconds"], m["runs"]["wall_seconds"])
     return {"invocation": "inv", "settings": {"grid": grid, "tokens_per_image": grid * grid}, "methods": ms}
 
 
 def test_checker_accepts_a_consistent_result():
-    assert C.check_consistency(_valid_result()) == []
+    assert SU.check_consistency(_valid_result()) == []
 
 
 @pytest.mark.parametrize("breakage, message", [
@@ -171,11 +173,11 @@ def test_checker_accepts_a_consistent_result():
 def test_checker_catches_broken_results(breakage, message):
     r = copy.deepcopy(_valid_result())
     breakage(r)
-    fails = C.check_consistency(r)
+    fails = SU.check_consistency(r)
     assert fails and any(message in f for f in fails), fails
 
 
 def test_checker_ignores_accept_sum_for_raster():
     r = _valid_result()
     r["methods"]["mulo_raster"]["runs"]["accepted"] = 0      # raster rows are not held to the local identity
-    assert C.check_consistency(r) == []
+    assert SU.check_consistency(r) == []

@@ -1,0 +1,135 @@
+"""Which methods a benchmark runs, and running them: every method on the same batches, interleaved.
+
+`run_methods` returns raw per-run records (wall time, counters, time split, memory, classifier
+features, NLL, a few images); bench.summary turns them into the results' "methods".
+"""
+from __future__ import annotations
+
+import resource
+import sys
+import time
+
+import torch
+
+from mulosd_core.engine import MethodConfig, generate
+from mulosd_core.sampling import SamplingConfig
+
+from .models import Models
+from .quality import target_nll
+
+# mulo_no_pooling (k = 1) is left out while the default itself has k = 1 (presets.MULO_K): it would repeat mulo_islands.
+ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_serial", "mulo_islands", "mulo_paper", "mulo_raster",
+               "mulo_sequential_draft", "mulo_nearest", "mulo_embedding", "mulo_learned", "mulo_oracle")
+QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_serial", "mulo_islands", "mulo_oracle")
+QUICK_SAMPLES = 4
+ORACLE = "mulo_oracle"
+GRID_METHOD = "mulo_islands"       # the image grid shows AR vs this
+WARMUP_SEED = 10_000
+TIME_PARTS = ("draft", "upsample", "verify", "resample", "context", "decode", "other")
+
+
+class _Progress:
+    """One stderr line: `[bench] 12/104 mulo_islands sample 3 0.41s eta 40s`."""
+
+    def __init__(self, total: int, enabled: bool = True, label: str = "bench") -> None:
+        self.total, self.done, self.enabled, self.label = total, 0, enabled, label
+        self.t0 = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.every = max(1, total // 20)
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        el = time.perf_counter() - self.t0
+        eta = el / self.done * (self.total - self.done)
+        line = f"[{self.label}] {self.done}/{self.total} {what} elapsed {el:.0f}s eta {eta:.0f}s"
+        if self.tty:
+            sys.stderr.write("\r" + line.ljust(100))
+            if self.done == self.total:
+                sys.stderr.write("\n")
+        elif self.done % self.every == 0 or self.done == self.total:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _maxrss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+
+
+def _time_split(seconds: dict, total: float) -> dict:
+    """Engine timers -> TIME_PARTS; AR's `forward` counts as verify (target calls), its loop overhead as other."""
+    s = dict(seconds)
+    s.pop("total", None)
+    if "forward" in s:
+        s["verify"] = s.get("verify", 0.0) + s.pop("forward")
+    s.pop("loop_overhead", None)
+    out = {p: float(s.get(p, 0.0)) for p in TIME_PARTS if p != "other"}
+    out["other"] = max(total - sum(out.values()), 0.0)
+    return out
+
+
+def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | None]], samples: int,
+                batch: int = 1, warmup: int = 1, sampling: SamplingConfig | None = None, keep_images: int = 0,
+                progress: bool = True, label: str = "bench") -> dict[str, dict]:
+    """Run every method on the same batches, interleaved; returns raw per-run records per method
+    (with the target's own sampling unless `sampling` says otherwise)."""
+    target, dev = models.target, models.target.device
+    sampling = sampling or models.sampling
+    names = list(methods)
+    batches = [(i, min(batch, samples - i)) for i in range(0, samples, batch)]
+    bar = _Progress(warmup * len(names) + len(batches) * len(names), progress, label)
+    raw = {n: {"wall": [], "target_calls": [], "drafter_calls": [], "tokens_per_image": [], "batch": [],
+               "accepted": 0, "resampled": 0, "drafted": 0, "tokens_total": 0, "split": [], "mem": 0,
+               "correct": [], "features": [], "nll": [], "images": [], "maps": [], "tokens_in_range": True}
+           for n in names}
+    for n in names:                                   # warm-up (allocator, kernels, rope tables, kNN tables)
+        cfg, kind = methods[n]
+        for k in range(warmup):
+            generate(target, torch.tensor([0] * batch), sampling, cfg, models.drafter_for(kind), seed=WARMUP_SEED + k)
+            bar.step(f"warm-up {n}")
+    for bi, (i0, b) in enumerate(batches):
+        cond = torch.tensor([(i0 + j) % models.family.num_classes for j in range(b)])
+        order = names[bi % len(names):] + names[:bi % len(names)]
+        for n in order:
+            cfg, kind = methods[n]
+            rec = raw[n]
+            if dev.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(dev)
+            rss0 = _maxrss_bytes()
+            _sync(dev)
+            t0 = time.perf_counter()
+            res = generate(target, cond, sampling, cfg, models.drafter_for(kind), seed=i0)
+            _sync(dev)
+            wall = time.perf_counter() - t0
+            rec["mem"] = max(rec["mem"], int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda"
+                             else _maxrss_bytes() - rss0)
+            st = res.stats
+            rec["wall"].append(wall / b)
+            rec["batch"].append(b)
+            rec["target_calls"].append(st.target_calls)
+            rec["drafter_calls"].append(st.drafter_calls)
+            rec["tokens_per_image"].append(int(res.tokens.shape[1]))
+            rec["tokens_in_range"] &= bool(((res.tokens >= 0) & (res.tokens < target.vocab_size)).all())
+            rec["accepted"] += st.accepted
+            rec["resampled"] += st.resampled
+            rec["drafted"] += st.drafted
+            rec["tokens_total"] += int(res.tokens.numel())
+            rec["split"].append({k: v / b for k, v in _time_split(st.seconds, wall).items()})
+            with torch.inference_mode():                 # quality, outside the timed region
+                imgs = res.images.float().to(next(models.classifier.parameters()).device)
+                feats = models.classifier.features(imgs)
+                logits = models.classifier.head(feats)
+            rec["correct"].extend((logits.argmax(-1).cpu() == cond).tolist())
+            rec["features"].append(feats.float().cpu().numpy())
+            rec["nll"].extend(target_nll(target, res.tokens, cond, sampling).tolist())
+            if len(rec["images"]) < keep_images:
+                rec["images"].append(res.images.float().cpu())
+                rec["maps"].append(res.maps.float().cpu())
+            bar.step(f"{n} sample {i0}")
+    return raw

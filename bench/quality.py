@@ -1,0 +1,104 @@
+"""What the benchmark measures besides time: the target's NLL of a grid, classifier features of real
+images, the Frechet distance with its interval (mulosd_core.metrics), speed-up ratios and their
+paired bootstrap intervals.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair, frechet_distance
+from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
+
+from .models import Models
+
+REAL_SEED = 20_240_601             # real reference samples for the Frechet distance
+NLL_FLOOR = 1e-12
+N_BOOT = 1000
+N_BOOT_FD = 200
+N_BOOT_FD_QUICK = 50
+WALL_RATIO_CI = "paired bootstrap of the ratio of medians"
+
+
+@torch.inference_mode()
+def target_nll(target, tokens: torch.Tensor, cond: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """Mean per-token -log p(token) [B] of a finished grid under the target, teacher-forced in one forward.
+
+    p is the distribution the sampler draws from: raw logits of the cond rows, CFG-combined with the
+    null-condition rows when CFG is on, then temperature / top-k / top-p (`process_logits`); p is
+    floored at 1e-12 so tokens outside a top-k/top-p support give a finite (large) NLL.
+    """
+    tokens = tokens.to(target.device).long()
+    cond = torch.as_tensor(cond, device=target.device)
+    logits = target.gpt(tokens, cond, target.grid)                      # [B, N, V]
+    if sampling.uses_cfg:
+        null = target.gpt(tokens, target.gpt.null_condition(tokens.shape[0], target.device), target.grid)
+        logits = cfg_combine(torch.cat([logits, null]), sampling.cfg_scale)
+    probs = process_logits(logits, sampling)
+    p = probs.gather(-1, tokens[..., None])[..., 0].clamp_min(NLL_FLOOR)
+    return -p.log().mean(-1).float().cpu()
+
+
+def real_features(models: Models, samples: int) -> np.ndarray:
+    fam = models.family
+    classes = [i % fam.num_classes for i in range(samples)]
+    feats = []
+    with torch.inference_mode():
+        dev = next(models.classifier.parameters()).device
+        for s in range(0, samples, 256):
+            imgs = fam.batch(classes[s:s + 256], REAL_SEED + s, size=models.target.image_size, variation=fam.gpt_variation)
+            feats.append(models.classifier.features(imgs.to(dev)).float().cpu().numpy())
+    return np.concatenate(feats)
+
+
+def ratio_of_medians(ref: Any, other: Any) -> float:
+    """median(ref) / median(other): the speed-up of `other` over `ref` for seconds per image."""
+    r, o = np.median(np.asarray(ref, float)), np.median(np.asarray(other, float))
+    return float(r / o) if o > 0 else float("nan")
+
+
+def ratio_ci(ref: Any, other: Any, n_boot: int = N_BOOT, seed: int = 0) -> list[float] | None:
+    """Paired bootstrap 95% interval of median(ref) / median(other) over runs (same seeds in both):
+    the interval of the very statistic `ratio_of_medians` reports."""
+    a, b = np.asarray(ref, float), np.asarray(other, float)
+    if len(a) != len(b) or len(a) == 0:
+        return None
+    lo, hi = bootstrap_ci_pair(a, b, lambda x, y: np.median(x) / np.median(y), n_boot=n_boot, seed=seed, paired=True)
+    return [lo, hi]
+
+
+def share_of_oracle(ratio: float | None, oracle_ratio: float | None) -> float | None:
+    """A method's speed-up as a share of the oracle's (1.0 = as fast as accepting every draft)."""
+    if ratio is None or oracle_ratio is None or not (oracle_ratio > 0) or not math.isfinite(ratio):
+        return None
+    return float(ratio / oracle_ratio)
+
+
+def iqr(values: Any) -> tuple[float, float, float]:
+    q25, q75 = np.quantile(np.asarray(values, float), [0.25, 0.75])
+    return float(q75 - q25), float(q25), float(q75)
+
+
+def fd_with_ci(gen: np.ndarray, real: np.ndarray, n_boot: int = N_BOOT_FD) -> tuple[float | None, list[float] | None]:
+    if len(gen) < 2 or len(real) < 2:
+        return None, None
+    fd = frechet_distance(gen, real)
+    lo, hi = bootstrap_ci_pair(gen, real, frechet_distance, n_boot=n_boot, seed=0)
+    return fd, [lo, hi]
+
+
+def mean_ci(values: np.ndarray) -> tuple[float | None, list[float] | None]:
+    if len(values) == 0:
+        return None, None
+    lo, hi = bootstrap_ci(values, n_boot=N_BOOT, seed=0)
+    return float(np.mean(values)), [lo, hi]
+
+
+def paired_delta(a: np.ndarray, b: np.ndarray) -> tuple[float | None, list[float] | None]:
+    """mean(a - b) with a paired bootstrap interval (a, b aligned by sample)."""
+    if len(a) == 0 or len(a) != len(b):
+        return None, None
+    return mean_ci(np.asarray(a, float) - np.asarray(b, float))
