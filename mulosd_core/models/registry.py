@@ -241,15 +241,16 @@ def card_sampling(gpt_path: str) -> tuple[Optional[SamplingConfig], str]:
             except json.JSONDecodeError as e:
                 raise CheckpointError(f"{where}: not JSON ({e})") from None
             return parse_sampling(raw, where), where
-    data, card = read_card(gpt_path)
+    data, card = _card_beside(gpt_path)
     if "sampling" in data:
         return parse_sampling(data["sampling"], f"{card} (key sampling)"), card
     return None, ""
 
 
-def read_card(gpt_path: str) -> tuple[dict, str]:
-    """The family card beside a GPT file, as a dict ({} without one), and its path."""
-    card = os.path.join(os.path.dirname(os.path.abspath(gpt_path)), FAMILY_CARD)
+def family_card(folder: str) -> tuple[dict, str]:
+    """The family card (family.json) of a model folder, as a dict ({} without one), and its path. The one
+    reader of family cards: the loaders (card_sampling, card_family), the evaluation and the training."""
+    card = os.path.join(folder, FAMILY_CARD)
     if not os.path.isfile(card):
         return {}, card
     try:
@@ -260,9 +261,13 @@ def read_card(gpt_path: str) -> tuple[dict, str]:
     return (data if isinstance(data, dict) else {}), card
 
 
+def _card_beside(gpt_path: str) -> tuple[dict, str]:
+    return family_card(os.path.dirname(os.path.abspath(gpt_path)))
+
+
 def card_family(gpt_path: str) -> Optional[str]:
     """The embedded data family the family card beside a GPT file names ("data_family"), None without one."""
-    family = read_card(gpt_path)[0].get("data_family")
+    family = _card_beside(gpt_path)[0].get("data_family")
     return family if isinstance(family, str) else None
 
 

@@ -22,18 +22,16 @@ import time
 import numpy as np
 import torch
 
-from ..ar import generate_ar
+from ..ar import generate_ar, model_sampling
 from ..data.families import data_family
 from ..metrics import accuracy, bootstrap_ci, frechet_distance
-from ..models.registry import load_model
+from ..models.registry import family_card, load_model
 from ..sampling import SamplingConfig, cfg_combine, process_logits
-from ..presets import EMBEDDED_SAMPLING
 from .classifier import load_classifier
 from .family import vq_psnr
 from .token_stats import distribution_figures, half_size, prefix_acceptance, raw_next_token_probs, swap_tokens
 
 log = logging.getLogger("mulosd.evaluate")
-EVAL_SAMPLING = EMBEDDED_SAMPLING  # the embedded family's sampling (mulosd_core.presets)
 REAL_SEED = 424242
 
 
@@ -111,22 +109,22 @@ def token_statistics(target, drafter, classifier, tokens: torch.Tensor, labels: 
     }
 
 
-def family_card(models: str) -> dict:
-    """The family.json of a model folder (an empty card when there is none)."""
-    path = os.path.join(models, "family.json")
-    return json.load(open(path)) if os.path.exists(path) else {}
-
-
 def evaluate(models: str, samples: int, device: str = "cpu", command: str = "") -> dict:
-    card = family_card(models)
-    fam = data_family(card.get("data_family", "patterns"))
-    sampling = SamplingConfig(**card["sampling"]) if "sampling" in card else EVAL_SAMPLING
+    """Metrics of the family in folder `models`. Its card (registry.family_card) names the data family and the
+    sampling, which the target loads with (ar.model_sampling), as in the loaders and the benchmark."""
+    card, where = family_card(models)
+    missing = [k for k in ("data_family", "sampling") if k not in card]
+    if missing:
+        raise ValueError(f"--models: expected a family card {where} naming {' and '.join(missing)} "
+                         "(python -m mulosd_core.train.family writes it)")
+    fam = data_family(card["data_family"])
     t0 = time.perf_counter()
     target = load_model(os.path.join(models, "target.safetensors"), os.path.join(models, "vq.safetensors"), device=device)
     drafter = load_model(os.path.join(models, "drafter.safetensors"), "", device=device, vq=target.vq)
     sd = load_model(os.path.join(models, "sd_drafter.safetensors"), "", device=device, vq=target.vq)
     classifier = load_classifier(os.path.join(models, "classifier.safetensors"), device=device).eval()
     load_seconds = time.perf_counter() - t0
+    sampling = model_sampling(target)
     labels = torch.arange(samples) % fam.num_classes
     with torch.no_grad():
         real = fam.batch(labels, REAL_SEED, target.image_size, fam.gpt_variation).to(device)

@@ -435,7 +435,7 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
     With `jobs=2` the preset's `second_lane` runs in a child process on half the threads while
     this one trains the rest; the upsampler, which needs both GPTs, follows on all threads.
     """
-    from ..models.registry import load_vq
+    from ..models.registry import family_card, load_vq
 
     p = get_preset(family, preset)
     if jobs not in (1, 2):
@@ -446,8 +446,9 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
         raise ValueError(f"--stages: unknown stage(s) {sorted(unknown)}; expected some of {names}")
     wanted = [n for n in names if not stages or n in stages]
     out_p, work_p = Path(out), Path(work)
-    card = out_p / "family.json"
-    held = json.loads(card.read_text()) if card.exists() else {"preset": preset, "data_family": family}
+    held, card_path = family_card(str(out_p))
+    card = Path(card_path)
+    held = held or {"preset": preset, "data_family": family}
     held_family = held.get("data_family", "patterns")
     if (held_family, held.get("preset")) != (family, preset):
         raise ValueError(f"--out: {out} holds a family trained with preset {held.get('preset')!r} on {held_family!r}, "
