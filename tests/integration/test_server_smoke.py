@@ -1,4 +1,4 @@
-"""ComfyUI starts with the pack in custom_nodes/ and imports it without failure."""
+"""ComfyUI starts with the pack in custom_nodes/, imports it without failure and serves our nodes."""
 import os
 import subprocess
 import sys
@@ -7,11 +7,37 @@ from pathlib import Path
 
 import pytest
 
+DISPLAY_NAMES = {
+    "MuLoSDLoadTarget": "Load Target", "MuLoSDLoadDrafter": "Load Drafter", "MuLoSDLoadTextEncoder": "Load Text Encoder",
+    "MuLoSDTextPrompt": "MuLo-SD Text Prompt", "MuLoSDLoadJanus": "Load Janus-Pro", "MuLoSDJanusPrompt": "Janus Prompt",
+    "MuLoSDUpsampler": "Upsampler", "MuLoSDLocalVerifier": "Local Verifier", "MuLoSDSampler": "MuLo-SD Sampler",
+    "MuLoSDARSampler": "AR Sampler",
+}
 
-def test_server_serves_object_info(comfy_server):
+
+def test_server_serves_our_nodes_at_the_shipped_settings(comfy_server):
+    """/object_info is what the frontend builds its widgets from: our nodes under the design card's names,
+    and the MuLo-SD settings defaulting to the shipped ones (mulosd_core.presets), as the library runs them."""
+    from mulosd_core import presets
+
     info = comfy_server.object_info()
-    # Core nodes prove this is a working ComfyUI, not some other server on the port.
-    assert {"KSampler", "SaveImage", "EmptyLatentImage"} <= set(info)
+    ours = {k: v["display_name"] for k, v in info.items() if k.startswith("MuLoSD")}
+    assert ours == DISPLAY_NAMES
+    assert all(info[k]["python_module"].startswith("custom_nodes.") for k in ours)
+
+    def defaults(node: str) -> dict:
+        spec = info[node]["input"]
+        return {k: v[1].get("default") for part in ("required", "optional") for k, v in spec.get(part, {}).items()
+                if len(v) > 1}
+    v = presets.mulo_verifier()
+    verifier = defaults("MuLoSDLocalVerifier")
+    assert {k: verifier[k] for k in ("rule", "tau", "k_neighbours", "expansion_radius", "rejection", "resampling",
+                                     "recheck", "recheck_scope")} == {
+        "rule": v.rule, "tau": v.tau, "k_neighbours": v.k_neighbours, "expansion_radius": v.expansion_radius,
+        "rejection": v.rejection, "resampling": v.resampling, "recheck": v.recheck, "recheck_scope": v.recheck_scope}
+    assert verifier["lantern_delta"] == presets.LANTERN_DELTA
+    sampler = defaults("MuLoSDSampler")
+    assert (sampler["rows_per_step"], sampler["parallel_window"]) == (presets.MULO_ROWS, presets.MULO_WINDOW)
     assert comfy_server.alive()
 
 
