@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 WEIGHT_MODES = ("auto", "on device", "stream from cpu")
+DEFAULT_WEIGHT_MODE = "auto"   # the loaders' default: stream only what would not fit
 RESERVE_FRACTION = 0.25   # auto keeps this share of free memory for caches, logits and the other model
 
 

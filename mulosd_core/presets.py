@@ -74,6 +74,9 @@ MULO_TAU, MULO_K, MULO_RADIUS = _DEFAULT.tau, _DEFAULT.k_neighbours, _DEFAULT.ex
 MULO_WINDOW, MULO_ROWS = _DEFAULT.parallel_window, _DEFAULT.rows_per_step
 MULO_RECHECK, MULO_RECHECK_SCOPE = _DEFAULT.recheck, _DEFAULT.recheck_scope
 LANTERN_DELTA = 0.1
+SD_DRAFT_LEN = 4      # SD and LANTERN: tokens drafted per step (the AR Sampler's and MuLo-SD Sampler's defaults too)
+ZIPAR_WINDOW = 8      # ZipAR: tokens a row runs ahead of the next
+SJD_WINDOW = 16       # SJD and GSD: tokens drafted and verified per Jacobi iteration
 LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for the embedded 1024 (verify.lantern_neighbours)
 
 
@@ -102,13 +105,13 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         return mulo_verifier(family, **kw)
     return {
         "ar": (MethodConfig(method="ar"), None),
-        "sd": (MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"), draft_len=4), "same"),
+        "sd": (MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"), draft_len=SD_DRAFT_LEN), "same"),
         "lantern": (MethodConfig(verifier=VerifierConfig(rule="lantern", rejection="raster", lantern_delta=LANTERN_DELTA,
-                                                         lantern_k=LANTERN_K), draft_len=4), "same"),
-        "zipar": (MethodConfig(method="zipar", zipar_window=8), None),
-        "sjd": (MethodConfig(method="sjd", sjd_window=16), None),
+                                                         lantern_k=LANTERN_K), draft_len=SD_DRAFT_LEN), "same"),
+        "zipar": (MethodConfig(method="zipar", zipar_window=ZIPAR_WINDOW), None),
+        "sjd": (MethodConfig(method="sjd", sjd_window=SJD_WINDOW), None),
         # GSD: SJD's window of 16 with grouped acceptance, upstream's rank window 7, p_thr 0.15, d_thr 0.5 (verify.gsd_group)
-        "gsd": (MethodConfig(method="sjd", sjd_window=16, verifier=VerifierConfig(rule="gsd")), None),
+        "gsd": (MethodConfig(method="sjd", sjd_window=SJD_WINDOW, verifier=VerifierConfig(rule="gsd")), None),
         "mulo_serial": (replace(mi, verifier=mv(resampling="serial"), parallel_window=0), "low"),
         "mulo_islands": (mi, "low"),
         "mulo_paper": (mulo_islands(PAPER), "low"),

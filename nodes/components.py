@@ -104,7 +104,7 @@ class MuLoSDLocalVerifier(io.ComfyNode):
 
     @classmethod
     def execute(cls, rule, tau, k_neighbours, expansion_radius, rejection, resampling, lantern_delta,
-                recheck=0, recheck_scope="drafts") -> io.NodeOutput:
+                recheck=_DEFAULT_VERIFIER.recheck, recheck_scope=_DEFAULT_VERIFIER.recheck_scope) -> io.NodeOutput:
         check_choices(cls, rule=rule, rejection=rejection, resampling=resampling, recheck_scope=recheck_scope)
         return io.NodeOutput(VerifierConfig(rule=rule, tau=tau, k_neighbours=k_neighbours, expansion_radius=expansion_radius,
                                             rejection=rejection, resampling=resampling, lantern_delta=lantern_delta,

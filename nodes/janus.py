@@ -73,7 +73,7 @@ def _missing(name, folders: dict) -> str:
             f"in the mulosd model folders {folder_paths.get_folder_paths(FOLDER)}, got {name!r}")
 
 
-def load(model_name: str, device: str, dtype: str, weights: str = "auto") -> ModelHandle:
+def load(model_name: str, device: str, dtype: str, weights: str = offload.DEFAULT_WEIGHT_MODE) -> ModelHandle:
     """The cached load behind Load Janus-Pro."""
     folders = janus_folders()
     if model_name not in folders:
@@ -136,7 +136,7 @@ class MuLoSDLoadJanus(io.ComfyNode):
         return True if model_name in folders else _missing(model_name, folders)
 
     @classmethod
-    def execute(cls, model_name, device, dtype, weights="auto") -> io.NodeOutput:
+    def execute(cls, model_name, device, dtype, weights=offload.DEFAULT_WEIGHT_MODE) -> io.NodeOutput:
         handle = load(model_name, device, dtype, weights)
         return io.NodeOutput(handle, ui={"text": [handle.description]})
 

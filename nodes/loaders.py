@@ -177,7 +177,7 @@ def read_file(path: str, what: str, read):
                               f"{str(e).strip()[:300]})") from None
 
 
-def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, weights: str = "auto") -> ModelHandle:
+def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, weights: str = offload.DEFAULT_WEIGHT_MODE) -> ModelHandle:
     """The cached load behind both loader nodes."""
     gpt_path = folder_paths.get_full_path_or_raise(FOLDER, gpt_name)
     vq_path = resolve_vq(gpt_name, gpt_path, vq_name)
@@ -233,7 +233,7 @@ def loader_inputs(default: str, role: str) -> list:
 
 def weights_input():
     return io.Combo.Input(
-        "weights", options=list(offload.WEIGHT_MODES), default="auto",
+        "weights", options=list(offload.WEIGHT_MODES), default=offload.DEFAULT_WEIGHT_MODE,
         tooltip="Where the weights wait between uses on a GPU. 'stream from cpu' keeps the transformer blocks in CPU "
                 "memory and copies each to the GPU only while it runs: the GPU then holds little more than the caches, "
                 "so a drafter and a target fit where one model did, at the cost of one copy of the weights per call "
@@ -269,7 +269,7 @@ class MuLoSDLoadTarget(io.ComfyNode):
         return check_names(model_name, vq_name)
 
     @classmethod
-    def execute(cls, model_name, vq_name, image_size, device, dtype, weights="auto") -> io.NodeOutput:
+    def execute(cls, model_name, vq_name, image_size, device, dtype, weights=offload.DEFAULT_WEIGHT_MODE) -> io.NodeOutput:
         handle = load(model_name, vq_name, image_size, device, dtype, weights)
         return io.NodeOutput(handle, ui={"text": [handle.description]})
 
@@ -292,6 +292,6 @@ class MuLoSDLoadDrafter(io.ComfyNode):
         return check_names(model_name, vq_name)
 
     @classmethod
-    def execute(cls, model_name, vq_name, image_size, device, dtype, weights="auto") -> io.NodeOutput:
+    def execute(cls, model_name, vq_name, image_size, device, dtype, weights=offload.DEFAULT_WEIGHT_MODE) -> io.NodeOutput:
         handle = load(model_name, vq_name, image_size, device, dtype, weights)
         return io.NodeOutput(handle, ui={"text": [handle.description]})

@@ -167,7 +167,7 @@ class MuLoSDSampler(io.ComfyNode):
                                      "this many tokens behind the previous one; 0 = sequential drafting."),
                 io.Int.Input("rows_per_step", default=presets.MULO_ROWS, min=1, max=64,
                              tooltip="Drafter token rows proposed and verified per step."),
-                io.Int.Input("draft_length", default=4, min=0, max=4096,
+                io.Int.Input("draft_length", default=presets.SD_DRAFT_LEN, min=0, max=4096,
                              tooltip="Same-resolution drafter only (SD, LANTERN): tokens drafted per step; 0 = whole rows."),
                 io.Int.Input("batch_size", default=1, min=1, max=64, tooltip="Images per run (image b uses seed + b)."),
             ],
@@ -207,9 +207,9 @@ class MuLoSDARSampler(io.ComfyNode):
                                        "apart; sjd: speculative Jacobi decoding over a window of sjd_window tokens; gsd: "
                                        "the same window, a draft accepted on the target's mass over a group of similar "
                                        "tokens (grouped speculative decoding)."),
-                io.Int.Input("zipar_window", default=8, min=1, max=1024,
+                io.Int.Input("zipar_window", default=presets.ZIPAR_WINDOW, min=1, max=1024,
                              tooltip="zipar mode: tokens a row runs ahead of the next before the next row starts."),
-                io.Int.Input("sjd_window", default=16, min=1, max=1024,
+                io.Int.Input("sjd_window", default=presets.SJD_WINDOW, min=1, max=1024,
                              tooltip="sjd and gsd modes: tokens drafted and verified together per Jacobi iteration."),
             ],
             outputs=OUTPUTS,

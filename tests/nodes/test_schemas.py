@@ -92,3 +92,48 @@ def test_root_init_registers_through_comfy_entrypoint():
     assert "async def comfy_entrypoint" in init
     assert "NODE_CLASS_MAPPINGS" not in init  # one registration style (ComfyUI uses only the first)
     assert not re.search(r"^\s*(import|from)\s+comfy", init, re.MULTILINE)  # importable without ComfyUI
+
+
+@pytest.mark.parametrize("node_id", sorted(EXPECTED))
+def test_execute_fallbacks_equal_the_schema_defaults(pack, node_id):
+    """A graph saved without an input runs what the widget would show: every default of execute() is the
+    schema's default for that input, and None only stands for an optional input left unconnected."""
+    import inspect
+
+    cls, schema = schemas(pack)[node_id]
+    inputs = {i.id: i for i in schema.inputs}
+    params = inspect.signature(cls.execute).parameters
+    assert set(params) - {"cls"} == set(inputs), node_id
+    for name, p in params.items():
+        if p.default is inspect.Parameter.empty:
+            continue
+        i = inputs[name]
+        if p.default is None:
+            assert i.optional, f"{node_id}.{name}: falls back to None but is not optional"
+        else:
+            assert p.default == getattr(i, "default", None), f"{node_id}.{name}: execute falls back to {p.default!r}, schema says {getattr(i, 'default', None)!r}"
+
+
+def test_unconnected_components_equal_the_component_nodes_at_their_defaults(pack, tiny_models, monkeypatch):
+    """The MuLo-SD Sampler without Upsampler and Local Verifier runs what those nodes give at their defaults."""
+    from mulosd_pack.nodes import samplers
+    from mulosd_pack.nodes.components import MuLoSDLocalVerifier, MuLoSDUpsampler
+    from mulosd_pack.nodes.loaders import load
+
+    def at_defaults(cls):
+        return cls.execute(**{i.id: i.default for i in cls.GET_SCHEMA().inputs}).result[0]
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def generate(target, cond, sampling, method, *args, **kw):   # record the method, run nothing
+        seen["method"] = method
+        raise Stop
+    monkeypatch.setattr(samplers, "generate", generate)
+    drafter, target = (load(f"embedded/{n}.safetensors", "auto", 0, "cpu", "float32") for n in ("drafter", "target"))
+    widgets = {i.id: i.default for i in samplers.MuLoSDSampler.GET_SCHEMA().inputs if getattr(i, "default", None) is not None}
+    with pytest.raises(Stop):
+        samplers.MuLoSDSampler.execute(drafter, target, **widgets)
+    assert seen["method"].verifier == at_defaults(MuLoSDLocalVerifier)
+    assert seen["method"].upsampler == at_defaults(MuLoSDUpsampler)
