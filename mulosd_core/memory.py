@@ -69,11 +69,9 @@ def vq_bytes(model: ImageARModel, images: int) -> int:
     the nearest-code distances [P, V] of an encode, and the output images with their copies."""
     P, px = model.num_tokens, model.image_size * model.image_size
     need = 2 * P * P * F32 + 3 * P * model.vocab_size * F32 + 3 * 3 * px * F32
-    cfg = getattr(getattr(model, "vq", None), "config", None)
-    ch, mult = getattr(cfg, "ch", None), getattr(cfg, "decoder_ch_mult", None)
-    if ch and mult:   # level i of the decoder: ch * mult[-1 - i] channels at (2^i)^2 times fewer pixels than the image
-        n = len(mult)
-        need += 12 * F32 * max(ch * mult[n - 1 - i] * px // 4 ** (n - 1 - i) for i in range(n))
+    channels = model.decoder_channels()   # level j runs at 4^j times fewer pixels than the image
+    if channels:
+        need += 12 * F32 * max(c * px // 4 ** j for j, c in enumerate(channels))
     return images * need
 
 
@@ -83,12 +81,11 @@ def estimate(model: ImageARModel, batch: int, cfg: bool, chunk: Optional[int] = 
     batch's images, and the block in flight when its weights stream from the CPU (mulosd_core.offload)."""
     rows = batch * (2 if cfg else 1)
     chunk = model.num_tokens if chunk is None else min(chunk, model.num_tokens)
-    streamer = getattr(model, "streamer", None)
     return {
-        "KV cache": model.cache_bytes(rows) if hasattr(model, "cache_bytes") else 0,
+        "KV cache": model.cache_bytes(rows),
         "largest model call": call_bytes(model, rows, max(chunk, model.cond_len)),
         "VQ decode/encode": vq_bytes(model, batch),
-        "weights in flight": streamer.block_bytes if streamer is not None else 0,
+        "weights in flight": model.streamer.block_bytes if model.streamer is not None else 0,
     }
 
 
@@ -145,9 +142,8 @@ def out_of_memory_advice(model: ImageARModel, batch: int) -> Iterator[None]:
     except (torch.OutOfMemoryError, MemoryError) as e:
         if isinstance(e, NotEnoughMemory):
             raise
-        streamer = getattr(model, "streamer", None)
-        if streamer is not None:
-            streamer.drop_all()  # the block that was in flight
+        if model.streamer is not None:
+            model.streamer.drop_all()  # the block that was in flight
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -22,6 +22,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from .models.protocol import ImageARModel
+
 WEIGHT_MODES = ("auto", "on device", "stream from cpu")
 DEFAULT_WEIGHT_MODE = "auto"   # the loaders' default: stream only what would not fit
 RESERVE_FRACTION = 0.25   # auto keeps this share of free memory for caches, logits and the other model
@@ -30,25 +32,6 @@ RESERVE_FRACTION = 0.25   # auto keeps this share of free memory for caches, log
 def module_bytes(module: nn.Module) -> int:
     """Bytes of a module's parameters and buffers."""
     return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
-
-
-def model_blocks(model) -> list[nn.Module]:
-    """The transformer blocks of a protocol model (LlamaGen GPT layers, Janus language-model layers)."""
-    if hasattr(model, "gpt"):
-        return list(model.gpt.layers)
-    if hasattr(model, "lm"):
-        return list(model.lm.layers)
-    raise TypeError(f"weight streaming does not know the blocks of {type(model).__name__}")
-
-
-def weights_module(model) -> nn.Module:
-    """The module that moves with a model's blocks: LlamaGen's GPT (its VQ is shared and stays on
-    the device), Janus's whole transformers model (VQ, heads and vision parts included)."""
-    if hasattr(model, "gpt"):
-        return model.gpt
-    if hasattr(model, "hf"):
-        return model.hf
-    raise TypeError(f"weight streaming does not know the weights of {type(model).__name__}")
 
 
 def check_weight_mode(mode: str) -> None:
@@ -136,11 +119,11 @@ class BlockStreamer:
                 t.data = self._home[id(t)].to(self.compute)
 
 
-def is_streamed(model) -> bool:
-    return getattr(model, "streamer", None) is not None
+def is_streamed(model: ImageARModel) -> bool:
+    return model.streamer is not None
 
 
-def stream_weights(model, compute: torch.device, copy=None) -> BlockStreamer:
+def stream_weights(model: ImageARModel, compute: torch.device, copy=None) -> BlockStreamer:
     """Move a (CPU-loaded or resident) model to `compute` except its blocks, which stream from the CPU.
 
     Load such a model on the CPU first: moving a model that does not fit to the GPU would fail
@@ -151,16 +134,17 @@ def stream_weights(model, compute: torch.device, copy=None) -> BlockStreamer:
         if model.streamer.compute == compute:
             return model.streamer
         resident_weights(model)
-    blocks = model_blocks(model)
+    blocks = model.weight_blocks()
     keep = {id(t) for b in blocks for t in BlockStreamer._tensors(b)}
-    for t in (*weights_module(model).parameters(), *weights_module(model).buffers()):
+    weights = model.weights_module()
+    for t in (*weights.parameters(), *weights.buffers()):
         if id(t) not in keep:
             t.data = t.data.to(compute)
     model.streamer = BlockStreamer(blocks, compute, copy)
     return model.streamer
 
 
-def resident_weights(model) -> None:
+def resident_weights(model: ImageARModel) -> None:
     """Undo `stream_weights`: every weight back on the compute device (no-op when not streamed)."""
     if is_streamed(model):
         model.streamer.remove()
@@ -172,7 +156,7 @@ def load_device(mode: str, device: torch.device) -> torch.device:
     return device if device.type == "cpu" or mode == "on device" else torch.device("cpu")
 
 
-def place_weights(model, device: torch.device, mode: str, available=None) -> str:
+def place_weights(model: ImageARModel, device: torch.device, mode: str, available=None) -> str:
     """Put a model loaded by `load_device` where `mode` says: 'resident' (all on `device`) or 'stream'.
 
     `available(device)` gives free memory for auto (memory.available_bytes by default; injectable for tests).
@@ -181,18 +165,18 @@ def place_weights(model, device: torch.device, mode: str, available=None) -> str
 
     device = torch.device(device)
     free = (available or available_bytes)(device) if mode == "auto" and device.type != "cpu" else None
-    choice = choose_weights(mode, device, module_bytes(weights_module(model)), free)
+    choice = choose_weights(mode, device, module_bytes(model.weights_module()), free)
     if choice == "stream":
         stream_weights(model, device)
     else:
         resident_weights(model)
-        weights_module(model).to(device)
+        model.weights_module().to(device)
     return choice
 
 
-def weights_report(model) -> str:
+def weights_report(model: ImageARModel) -> str:
     """One line for the loaders' text output: where the weights live and what they take on the device."""
-    total = module_bytes(weights_module(model))
+    total = module_bytes(model.weights_module())
     mb = 1 << 20
     if not is_streamed(model):
         return f"weights {total / mb:.0f} MB on {model.device}"

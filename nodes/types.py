@@ -20,10 +20,9 @@ from dataclasses import dataclass
 import torch
 from comfy_api.latest import io
 
-from mulosd_core.models.janus import JanusModel
-from mulosd_core.offload import is_streamed, weights_report
-from mulosd_core.models.llamagen import LlamaGenModel
+from mulosd_core.models.protocol import ImageARModel
 from mulosd_core.models.text_encoder import T5CaptionEncoder
+from mulosd_core.offload import is_streamed, weights_report
 
 MulosdModel = io.Custom("MULOSD_MODEL")
 MulosdUpsampler = io.Custom("MULOSD_UPSAMPLER")
@@ -36,29 +35,16 @@ MulosdConditioning = io.Custom("MULOSD_CONDITIONING")
 class ModelHandle:
     """A loaded model plus where it came from, as the loaders hand it to the samplers."""
 
-    model: LlamaGenModel | JanusModel
+    model: ImageARModel   # a LlamaGen (GPT + VQ at an image size) or Janus-Pro adapter
     name: str          # as the loader's list shows it, e.g. "embedded/target.safetensors" or "janus/Janus-Pro-7B"
     path: str          # full path of the GPT file (Janus-Pro: of the model folder)
     vq_path: str       # full path of the VQ tokenizer file (Janus-Pro: the model folder, which holds the VQ)
 
     @property
     def description(self) -> str:
-        m = self.model
-        if m.model_type == "janus":
-            text = m.hf.config.text_config
-            return (f"{self.name}: Janus-Pro text-to-image, language model {text.num_hidden_layers} layers x "
-                    f"{text.hidden_size}, {m.image_size} px, grid {m.grid}x{m.grid}, prompts of up to {m.cond_len} "
-                    f"tokens (chat-formatted); VQ in the folder (codebook {m.vocab_size}, {m.downsample}x downsampling); "
-                    f"{str(m.dtype).replace('torch.', '')} on {m.device}{self._streaming}")
-        cfg = m.gpt.config
-        if m.model_type == "c2i":
-            kind, cond = "class-to-image (c2i)", f"{m.num_classes} classes"
-        else:
-            kind, cond = "text-to-image (t2i)", f"{m.cond_len} caption tokens of width {cfg.caption_dim} (T5 features)"
-        return (f"{self.name}: LlamaGen {kind} GPT {cfg.name} ({cfg.n_layer} layers x {cfg.dim}), "
-                f"{m.image_size} px, grid {m.grid}x{m.grid}, {cond}; VQ {os.path.basename(self.vq_path)} "
-                f"(codebook {m.vocab_size}, {m.vq.downsample}x downsampling); "
-                f"{str(m.dtype).replace('torch.', '')} on {m.device}{self._streaming}")
+        """The loader's text output: the listed name, what the model says it is and, when streamed, where its
+        weights live."""
+        return f"{self.name}: {self.model.describe(os.path.basename(self.vq_path))}{self._streaming}"
 
     @property
     def _streaming(self) -> str:

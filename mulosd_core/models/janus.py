@@ -25,7 +25,9 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from ..sampling import SamplingConfig
 from .kv_cache import KVCache, round_up
 from .protocol import ConditionRows
 
@@ -96,6 +98,9 @@ class JanusModel:
         params = inspect.signature(type(self.lm).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._pass_cache_position = "cache_position" in params
+        self.family: Optional[str] = None                    # not an embedded family: MuLo-SD runs the paper's settings
+        self.default_sampling: Optional[SamplingConfig] = None
+        self.streamer = None                                 # offload.stream_weights sets it while the blocks stream
         self._codebook_id: Optional[str] = None
 
     def _special_ids(self, bos, pad, boi) -> tuple[int, int, int]:
@@ -255,6 +260,10 @@ class JanusModel:
         """Codebook vectors [V, D] as the decoder uses them (l2-normalised, like get_codebook_entry)."""
         return F.normalize(self.vq.quantize.embedding.weight.detach(), p=2, dim=-1)
 
+    def raw_codebook(self) -> torch.Tensor:
+        """Codebook vectors [V, D] as stored (not normalised)."""
+        return self.vq.quantize.embedding.weight.detach()
+
     def codebook_id(self) -> str:
         """Fingerprint of the codebook: drafter and target must share it (Janus-Pro 1B and 7B do)."""
         if self._codebook_id is None:
@@ -304,6 +313,25 @@ class JanusModel:
         """Images [B, 3, rows*ds, W] in [0, 1] of the first `rows` token rows (all by default)."""
         rows = self.grid if rows is None else rows
         return self.decode_rows(tokens[:, : rows * self.grid], rows)
+
+    def decoder_channels(self) -> tuple[int, ...]:
+        """Not known here: the memory estimate counts the VQ's attention terms only for Janus-Pro."""
+        return ()
+
+    # -- weights --------------------------------------------------------------------------
+    def weight_blocks(self) -> list[nn.Module]:
+        return list(self.lm.layers)
+
+    def weights_module(self) -> nn.Module:
+        """The whole transformers model (language model, VQ, heads and vision parts)."""
+        return self.hf
+
+    def describe(self, tokenizer: str = "") -> str:
+        text = self.hf.config.text_config
+        return (f"Janus-Pro text-to-image, language model {text.num_hidden_layers} layers x {text.hidden_size}, "
+                f"{self.image_size} px, grid {self.grid}x{self.grid}, prompts of up to {self.cond_len} tokens "
+                f"(chat-formatted); VQ in the folder (codebook {self.vocab_size}, {self.downsample}x downsampling); "
+                f"{str(self.dtype).replace('torch.', '')} on {self.device}")
 
 
 # ------------------------------------------------------------------------------ loading

@@ -5,7 +5,9 @@ import hashlib
 from typing import Optional
 
 import torch
+from torch import nn
 
+from ..sampling import SamplingConfig
 from .kv_cache import KVCache
 from .llamagen_gpt import LlamaGenGPT
 from .llamagen_vq import VQModel
@@ -29,6 +31,8 @@ class LlamaGenModel:
         self.model_type = gpt.config.model_type
         self.num_classes = gpt.config.num_classes if self.model_type == "c2i" else 0
         self.family: Optional[str] = None   # the embedded family its card names (presets.mulo_defaults); None: real
+        self.default_sampling: Optional[SamplingConfig] = None   # set by registry.load_model from the card
+        self.streamer = None                 # offload.stream_weights sets it while the GPT's blocks stream
         self._codebook_id: Optional[str] = None
 
     def at_grid(self, grid: int, name: Optional[str] = None) -> "LlamaGenModel":
@@ -38,7 +42,7 @@ class LlamaGenModel:
         if grid < 1:
             raise ValueError(f"grid: expected a positive token grid, got {grid}")
         view = LlamaGenModel(self.gpt, self.vq, grid * self.vq.downsample, name=name or f"{self.name}@{grid}")
-        view.family, view._codebook_id = self.family, self._codebook_id
+        view.family, view._codebook_id, view.streamer = self.family, self._codebook_id, self.streamer
         for attr in ("default_sampling", "sampling_source"):
             if hasattr(self, attr):
                 setattr(view, attr, getattr(self, attr))
@@ -112,6 +116,10 @@ class LlamaGenModel:
     def codebook(self) -> torch.Tensor:
         return self.vq.quantize.codebook().detach()
 
+    def raw_codebook(self) -> torch.Tensor:
+        """The codebook as stored (LlamaGen's VQ l2-normalises it before use; `codebook` is that)."""
+        return self.vq.quantize.embedding.weight.detach()
+
     def codebook_id(self) -> str:
         """Fingerprint of the codebook: drafter and target must share it (docs/DESIGN.md section 7.1)."""
         if self._codebook_id is None:
@@ -138,3 +146,26 @@ class LlamaGenModel:
         """Images [B, 3, rows*ds, W] in [0, 1] of the first `rows` token rows (all by default)."""
         rows = self.grid if rows is None else rows
         return self.vq.decode(tokens[:, : rows * self.grid].to(self.vq.quant_conv.weight.device), rows, self.grid)
+
+    def decoder_channels(self) -> tuple[int, ...]:
+        """Channels at each decoder level, full resolution first (ch x decoder_ch_mult)."""
+        return tuple(self.vq.config.ch * m for m in self.vq.config.decoder_ch_mult)
+
+    # -- weights --------------------------------------------------------------------------
+    def weight_blocks(self) -> list[nn.Module]:
+        return list(self.gpt.layers)
+
+    def weights_module(self) -> nn.Module:
+        """The GPT (the VQ tokenizer is shared with the drafter and stays where it is)."""
+        return self.gpt
+
+    def describe(self, tokenizer: str = "") -> str:
+        cfg = self.gpt.config
+        if self.model_type == "c2i":
+            kind, cond = "class-to-image (c2i)", f"{self.num_classes} classes"
+        else:
+            kind, cond = "text-to-image (t2i)", f"{self.cond_len} caption tokens of width {cfg.caption_dim} (T5 features)"
+        vq = f"VQ {tokenizer} " if tokenizer else "VQ "
+        return (f"LlamaGen {kind} GPT {cfg.name} ({cfg.n_layer} layers x {cfg.dim}), {self.image_size} px, grid "
+                f"{self.grid}x{self.grid}, {cond}; {vq}(codebook {self.vocab_size}, {self.vq.downsample}x downsampling); "
+                f"{str(self.dtype).replace('torch.', '')} on {self.device}")

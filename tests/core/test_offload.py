@@ -141,9 +141,16 @@ def test_mulo_sd_samples_the_same_with_a_streamed_target(pair):
     assert streamed.stats.target_calls == plain.stats.target_calls
 
 
-def test_unknown_model_is_refused():
-    with pytest.raises(TypeError, match="does not know the blocks of object"):
-        offload.model_blocks(object())
+def test_streaming_takes_the_blocks_the_model_declares():
+    """offload reaches a model only through the protocol (weight_blocks, weights_module, streamer)."""
+    target = tiny_model(4, 0)
+    streamer = offload.stream_weights(target, torch.device("cpu"))
+    try:
+        assert target.streamer is streamer and streamer.blocks == target.weight_blocks() == list(target.gpt.layers)
+        assert offload.is_streamed(target) and "stream from the cpu" in offload.weights_report(target)
+    finally:
+        offload.resident_weights(target)
+    assert target.streamer is None and not offload.is_streamed(target)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the saving is GPU memory")

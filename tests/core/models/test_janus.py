@@ -334,14 +334,14 @@ def test_engine_local_islands_runs(target, drafter):
 
 def test_streamed_janus_target_samples_the_same(target, drafter):
     """Weight streaming (mulosd_core.offload) finds Janus's language-model layers and changes no sample."""
-    from mulosd_core.offload import model_blocks, resident_weights, stream_weights
+    from mulosd_core.offload import resident_weights, stream_weights
 
     sampling = SamplingConfig(cfg_scale=CFG, temperature=1.0, top_k=8)
     spec = MethodConfig(method="speculative", verifier=VerifierConfig(rule="mulo", tau=0.5, k_neighbours=4))
     plain = generate(target, PROMPTS, sampling, spec, drafter=drafter, seed=3, decode=False)
     streamer = stream_weights(target, torch.device("cpu"))
     try:
-        assert streamer.blocks == model_blocks(target) and len(streamer.blocks) == target.n_layer
+        assert streamer.blocks == target.weight_blocks() and len(streamer.blocks) == target.n_layer
         streamed = generate(target, PROMPTS, sampling, spec, drafter=drafter, seed=3, decode=False)
     finally:
         resident_weights(target)
