@@ -14,7 +14,7 @@ import torch
 
 def check_condition(model, cond, mask: torch.Tensor | None = None, role: str = "target") -> None:
     """Raise ValueError when `cond` (and `mask`) does not fit `model` (`role`: "target" or "drafter")."""
-    kind = getattr(model, "model_type", None)
+    kind = model.model_type
     if kind == "c2i":
         _check_class_ids(model, cond)
     elif kind == "t2i":
@@ -40,7 +40,7 @@ def _check_class_ids(model, cond) -> None:
 
 
 def _check_captions(model, cond, mask, role: str) -> None:
-    want = (model.cond_len, model.gpt.config.caption_dim)
+    want = (model.cond_len, model.caption_dim)
     if not isinstance(cond, torch.Tensor) or cond.dim() != 3:
         got = tuple(cond.shape) if isinstance(cond, torch.Tensor) else type(cond).__name__
         raise ValueError(f"conditioning: {role} {model.name} is a text-to-image (t2i) model and expects caption "

@@ -55,6 +55,10 @@ ACCEPTED, REJECTED, NEIGHBOUR, TARGET = 0, 1, 2, 3
 
 @dataclass
 class VerifierConfig:
+    """How drafts are accepted, rejected and resampled. The defaults are the paper's method at this project's
+    starting tau and k (presets.MULO_DEFAULTS["paper"]); the embedded families ship swept values
+    (presets.mulo_verifier(family))."""
+
     rule: str = "mulo"
     tau: float = 0.3
     k_neighbours: int = 8
@@ -103,6 +107,9 @@ class VerifierConfig:
 
 @dataclass
 class MethodConfig:
+    """A decoding method: which loop, its verifier and upsampler, and its drafting schedule (defaults: the
+    paper's MuLo-SD with sequential drafting; presets.method_presets names every method)."""
+
     method: str = "speculative"
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     upsampler: UpsamplerConfig = field(default_factory=UpsamplerConfig)
@@ -135,9 +142,9 @@ def check_pair(target: ImageARModel, drafter: ImageARModel, method: MethodConfig
     if drafter.codebook_id() != target.codebook_id():
         raise ValueError(f"drafter {drafter.name!r} and target {target.name!r} use different codebooks; "
                          "MuLo-SD needs both to share one VQ tokenizer")
-    if getattr(drafter, "model_type", None) != getattr(target, "model_type", None):
-        raise ValueError(f"drafter {drafter.name!r} is {getattr(drafter, 'model_type', '?')} but target {target.name!r} "
-                         f"is {getattr(target, 'model_type', '?')}; both must take the same conditioning")
+    if drafter.model_type != target.model_type:
+        raise ValueError(f"drafter {drafter.name!r} is {drafter.model_type} but target {target.name!r} "
+                         f"is {target.model_type}; both must take the same conditioning")
     r = resolution_ratio(target.grid, drafter.grid)
     if method.upsampler.ratio is not None and method.upsampler.ratio != r:
         raise ValueError(f"upsampler ratio {method.upsampler.ratio} does not match the models: target grid {target.grid} / "
@@ -243,7 +250,7 @@ class _Speculative:
         if self.verifier.rule == "mulo":
             self.neighbours = cached_knn_table(target.codebook(), min(self.verifier.k_neighbours, target.vocab_size), include_self=True)
         elif self.verifier.rule == "lantern":
-            raw = target.vq.quantize.embedding.weight.detach() if hasattr(target, "vq") else target.codebook()
+            raw = target.raw_codebook()
             self.lantern_k = verify.lantern_neighbours(target.vocab_size, self.verifier.lantern_k)
             self.neighbours = cached_knn_table(raw, min(self.lantern_k + 1, target.vocab_size - 1), include_self=False)
         elif self.verifier.rule in ("gsd", "grouped"):

@@ -159,7 +159,8 @@ class MuLoSDSampler(io.ComfyNode):
                 MulosdUpsampler.Input("upsampler", optional=True,
                                       tooltip="Upsampler settings; unconnected = pixel route with a bicubic filter."),
                 MulosdVerifier.Input("verifier", optional=True,
-                                     tooltip="Local Verifier settings; unconnected = MuLo-SD's shipped defaults."),
+                                     tooltip="Local Verifier settings; unconnected = the target family's shipped settings (an "
+                                             "embedded family's sweep; the paper's for LlamaGen and Janus-Pro)."),
                 CONDITIONING_INPUT,
                 *sampling_inputs(),
                 io.Int.Input("parallel_window", default=presets.MULO_WINDOW, min=0, max=64,
@@ -181,7 +182,8 @@ class MuLoSDSampler(io.ComfyNode):
                 conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
         low = drafter.model.grid < target.model.grid   # a low-resolution drafter; generate checks the pair itself
-        method = MethodConfig(verifier=verifier or presets.mulo_verifier(), upsampler=upsampler or UpsamplerConfig(),
+        family = presets.model_family(target.model)
+        method = MethodConfig(verifier=verifier or presets.mulo_verifier(family), upsampler=upsampler or UpsamplerConfig(),
                               rows_per_step=rows_per_step, parallel_window=parallel_window if low else 0,
                               draft_len=0 if low else draft_length)
         info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name,

@@ -14,11 +14,12 @@ renders the same scene at 32 px and at 64 px.
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+
+from .sdf import coverage, length, pixel_grid
 
 CLASS_NAMES: list[str] = [
     "disc",
@@ -39,28 +40,9 @@ NUM_CLASSES: int = len(CLASS_NAMES)
 _MIN_CONTRAST = 0.45  # RGB distance between pattern colour and background colours
 
 
-@functools.lru_cache(maxsize=8)
-def _grid(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pixel-centre coordinates in [0, 1] (x grows right, y grows down)."""
-    c = (np.arange(size, dtype=np.float32) + 0.5) / size
-    y, x = np.meshgrid(c, c, indexing="ij")
-    y.flags.writeable = False
-    x.flags.writeable = False
-    return x, y
-
-
 def _frac(a: np.ndarray) -> np.ndarray:
     """a mod 1 (np.mod and np.hypot are ~10x slower than these plain ufunc forms)."""
     return a - np.floor(a)
-
-
-def _length(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.sqrt(a * a + b * b)
-
-
-def _coverage(sdf: np.ndarray, size: int) -> np.ndarray:
-    """Anti-aliased coverage of the region sdf < 0 (one-pixel ramp)."""
-    return np.clip(0.5 - sdf * size, 0.0, 1.0)
 
 
 def _rotate(x: np.ndarray, y: np.ndarray, cx: float, cy: float, angle: float):
@@ -72,7 +54,7 @@ def _rotate(x: np.ndarray, y: np.ndarray, cx: float, cy: float, angle: float):
 def _box(u: np.ndarray, v: np.ndarray, hu: float, hv: float) -> np.ndarray:
     """Signed distance to an axis-aligned box of half sizes (hu, hv) (exact)."""
     qu, qv = np.abs(u) - hu, np.abs(v) - hv
-    outside = _length(np.maximum(qu, 0.0), np.maximum(qv, 0.0))
+    outside = length(np.maximum(qu, 0.0), np.maximum(qv, 0.0))
     return outside + np.minimum(np.maximum(qu, qv), 0.0)
 
 
@@ -177,14 +159,14 @@ class _Draws:
 def _disc(d, x, y):
     r = d.length(0.18, 0.32)
     cx, cy = d.centre(r)
-    return _length(x - cx, y - cy) - r
+    return length(x - cx, y - cy) - r
 
 
 def _ring(d, x, y):
     r = d.length(0.22, 0.35)
     w = d.length(0.07, 0.10)
     cx, cy = d.centre(r + w / 2)
-    return np.abs(_length(x - cx, y - cy) - r) - w / 2
+    return np.abs(length(x - cx, y - cy) - r) - w / 2
 
 
 def _square(d, x, y):
@@ -236,8 +218,8 @@ def _stripes(*angle_centres: float) -> Callable:
 def _checkerboard(d, x, y, size):
     cell = d.length(0.1, 0.16)  # 6-10 px cells at 64 px
     u, v = _rotate(x, y, 0.5, 0.5, d.angle(-0.1, 0.1))
-    a = _coverage(_stripe_sdf(u, 2 * cell, d.phase(2 * cell), 0.5), size)
-    b = _coverage(_stripe_sdf(v, 2 * cell, d.phase(2 * cell), 0.5), size)
+    a = coverage(_stripe_sdf(u, 2 * cell, d.phase(2 * cell), 0.5), size)
+    b = coverage(_stripe_sdf(v, 2 * cell, d.phase(2 * cell), 0.5), size)
     return a + b - 2.0 * a * b  # soft XOR: already a coverage, not an sdf
 
 
@@ -250,7 +232,7 @@ def _two_discs(d, x, y):
             break
     else:  # place it in the opposite corner, always far enough
         c2 = (1.0 - c1[0], 1.0 - c1[1]) if abs(c1[0] - 0.5) + abs(c1[1] - 0.5) > 0.25 else (0.15 + r2 / 2, 0.15 + r2 / 2)
-    return np.minimum(_length(x - c1[0], y - c1[1]) - r1, _length(x - c2[0], y - c2[1]) - r2)
+    return np.minimum(length(x - c1[0], y - c1[1]) - r1, length(x - c2[0], y - c2[1]) - r2)
 
 
 def _polka_dots(d, x, y):
@@ -259,7 +241,7 @@ def _polka_dots(d, x, y):
     u, v = _rotate(x, y, 0.5, 0.5, d.angle(-0.3, 0.3))
     pu = _frac(u / period + d.phase(period)) - 0.5
     pv = _frac(v / period + d.phase(period)) - 0.5
-    return _length(pu, pv) * period - r
+    return length(pu, pv) * period - r
 
 
 _SDFS: dict[str, Callable] = {
@@ -286,14 +268,14 @@ def make_image(class_id: int, rng: np.random.Generator, size: int = 64, variatio
     if size < 8:
         raise ValueError(f"size {size} too small (need >= 8)")
     name = CLASS_NAMES[int(class_id)]
-    x, y = _grid(size)
+    x, y = pixel_grid(size)
     draws = _Draws(rng, variation)
     bg, bg_colours = _background(rng, size, draws.aligned)
     fg = _contrasting_colour(rng, bg_colours, draws.aligned)
     if name == "checkerboard":
         alpha = _checkerboard(draws, x, y, size)
     else:
-        alpha = _coverage(_SDFS[name](draws, x, y), size)
+        alpha = coverage(_SDFS[name](draws, x, y), size)
     img = bg + alpha[..., None] * (fg[None, None, :] - bg)
     return np.clip(img, 0.0, 1.0).astype(np.float32, copy=False)
 

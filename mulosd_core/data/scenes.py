@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .procedural import _coverage, _grid, _length
+from .sdf import coverage, length, pixel_grid
 
 CLASS_NAMES: list[str] = [
     "beach",
@@ -91,7 +91,7 @@ class _Canvas:
 
     def __init__(self, rng: np.random.Generator, size: int) -> None:
         self.rng, self.size = rng, size
-        self.x, self.y = _grid(size)
+        self.x, self.y = pixel_grid(size)
         self.img = np.zeros((size, size, 3), dtype=np.float32)
         self.tex = _fbm(rng, self.x, self.y)          # one texture field, scaled per region
         self.tex2 = _fbm(rng, self.x, self.y, (8, 16, 32))
@@ -113,14 +113,14 @@ class _Canvas:
 
     def below(self, profile: np.ndarray) -> np.ndarray:
         """Coverage of the region under a horizon profile y = profile(x)."""
-        return _coverage(profile - self.y, self.size)
+        return coverage(profile - self.y, self.size)
 
     def disc(self, cx: float, cy: float, r: float) -> np.ndarray:
-        return _coverage(_length(self.x - cx, self.y - cy) - r, self.size)
+        return coverage(length(self.x - cx, self.y - cy) - r, self.size)
 
     def box(self, x0: float, x1: float, y0: float, y1: float) -> np.ndarray:
         d = np.maximum(np.maximum(x0 - self.x, self.x - x1), np.maximum(y0 - self.y, self.y - y1))
-        return _coverage(d, self.size)
+        return coverage(d, self.size)
 
     def dots(self, n: int, colour: np.ndarray, r: tuple[float, float], y_range: tuple[float, float],
              x_range: tuple[float, float] = (0.0, 1.0)) -> None:
@@ -193,7 +193,7 @@ def _forest(cv: _Canvas, rng) -> None:
     for cx, th, w, g in zip(xs, heights, widths, greens):
         top = h - th
         d = np.maximum(np.abs(cv.x - cx) * th / w - (cv.y - top), cv.y - (h + 0.05))
-        cv.fill(np.clip(_c(0.08, 0.3, 0.1) * g, 0, 1), _coverage(d, cv.size), texture=0.3)
+        cv.fill(np.clip(_c(0.08, 0.3, 0.1) * g, 0, 1), coverage(d, cv.size), texture=0.3)
 
 
 def _night_moon(cv: _Canvas, rng) -> None:
@@ -276,7 +276,7 @@ def _autumn_park(cv: _Canvas, rng) -> None:
         r = rng.uniform(0.1, 0.16)
         cy = h - r - rng.uniform(0.02, 0.08)
         cv.fill(_c(0.3, 0.2, 0.1), cv.box(cx - 0.015, cx + 0.015, cy, h + 0.03), texture=0.15)
-        canopy = _coverage(_length(cv.x - cx, cv.y - cy) - r - 0.03 * cv.tex2, cv.size)
+        canopy = coverage(length(cv.x - cx, cv.y - cy) - r - 0.03 * cv.tex2, cv.size)
         cv.fill(_jitter(rng, _c(0.9, 0.4, 0.1), 0.08), canopy, texture=0.3)
     cv.dots(int(rng.integers(10, 20)), _c(0.85, 0.35, 0.1), (0.005, 0.01), (h + 0.05, 1.0))
 

@@ -73,6 +73,7 @@ class JanusModel:
 
     model_type = "janus"   # conditioning: a chat-formatted text prompt
     num_classes = 0
+    caption_dim = 0
 
     def __init__(self, hf, processor=None, name: str = "janus", max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
                  bos_id: Optional[int] = None, pad_id: Optional[int] = None, boi_id: Optional[int] = None) -> None:

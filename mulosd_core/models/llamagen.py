@@ -30,6 +30,7 @@ class LlamaGenModel:
         self.cond_len = gpt.cond_len
         self.model_type = gpt.config.model_type
         self.num_classes = gpt.config.num_classes if self.model_type == "c2i" else 0
+        self.caption_dim = gpt.config.caption_dim if self.model_type == "t2i" else 0
         self.family: Optional[str] = None   # the embedded family its card names (presets.mulo_defaults); None: real
         self.default_sampling: Optional[SamplingConfig] = None   # set by registry.load_model from the card
         self.streamer = None                 # offload.stream_weights sets it while the GPT's blocks stream
@@ -72,8 +73,8 @@ class LlamaGenModel:
             cond = cond.to(self.device)
             # upstream uses T = cond.shape[1] condition positions and slices the embeddings to cls_token_num,
             # so the two must agree (120 for the released models, the T5 max_length)
-            if cond.dim() != 3 or cond.shape[1] != self.cond_len or cond.shape[2] != self.gpt.config.caption_dim:
-                raise ValueError(f"caption features must be [B, {self.cond_len}, {self.gpt.config.caption_dim}] for this "
+            if cond.dim() != 3 or cond.shape[1] != self.cond_len or cond.shape[2] != self.caption_dim:
+                raise ValueError(f"caption features must be [B, {self.cond_len}, {self.caption_dim}] for this "
                                  f"model, got {tuple(cond.shape)} (encode captions with max_length={self.cond_len})")
             if mask is not None and tuple(mask.shape) != tuple(cond.shape[:2]):
                 raise ValueError(f"caption mask must be [B, {self.cond_len}] like the features, got {tuple(mask.shape)}")
@@ -108,6 +109,11 @@ class LlamaGenModel:
         slots = positions if fed_at is None else fed_at
         h = self.gpt.tok_embeddings(tokens)
         return self.gpt.forward_embeddings(h, slots + self.cond_len, self.grid, cache)
+
+    def format_prompt(self, prompt: str) -> list[int]:
+        raise ValueError(f"prompt: {self.name} is a LlamaGen {self.model_type} model and takes "
+                         + ("class ids" if self.model_type == "c2i" else "caption features from a text encoder")
+                         + f", not text; got {prompt!r}")
 
     def truncate(self, cache: KVCache, image_length: int) -> None:
         cache.truncate(self.cond_len + image_length)

@@ -44,6 +44,7 @@ class ImageARModel(Protocol):
     model_type: str      # the condition it takes: "c2i" class ids [B], "t2i" caption features [B, T, C] + mask,
                          # "janus" prompts (text or token ids); drafter and target must agree
     num_classes: int     # c2i: class ids 0..num_classes-1; 0 for the others
+    caption_dim: int     # t2i: width of one caption feature (conditions.py checks it); 0 for the others
     family: Optional[str]                       # the embedded family its card names (presets.mulo_defaults); None: real
     default_sampling: Optional[SamplingConfig]  # the sampling it was trained for (ar.model_sampling); None: unknown
     streamer: Optional["BlockStreamer"]         # set by offload.stream_weights while its blocks stream; else None
@@ -56,6 +57,9 @@ class ImageARModel(Protocol):
     # -- condition and forward
     def condition_rows(self, cond, cfg: bool, mask: Optional[torch.Tensor] = None) -> ConditionRows:
         """Rows [cond; uncond] (uncond only with cfg) of a batch of conditions; `mask` [B, T]: valid caption tokens."""
+    def format_prompt(self, prompt: str) -> list[int]:
+        """janus: a text prompt's token ids as the model reads them (its condition length is checked on these);
+        models that take no text raise ValueError."""
     def new_cache(self, rows: int) -> KVCache: ...
     def cache_bytes(self, rows: int) -> int:
         """Bytes `new_cache(rows)` allocates (the memory estimate before a run)."""

@@ -62,3 +62,12 @@ def test_generate_without_a_method_runs_the_targets_family_defaults(monkeypatch)
         target.family = family
         engine.generate(target, torch.tensor([1]), drafter=drafter, seed=0, decode=False)
     assert asked == [None, "patterns"]
+
+
+def test_bare_configs_default_to_the_papers_verifier():
+    """VerifierConfig() and MethodConfig() carry the paper's settings (MULO_DEFAULTS['paper']) except the
+    drafting window, which a bare MethodConfig leaves sequential (0) because it also serves SD and LANTERN."""
+    paper, bare = presets.mulo_islands(presets.PAPER), engine.MethodConfig()
+    assert asdict(bare.verifier) == asdict(paper.verifier)
+    assert (bare.rows_per_step, bare.upsampler) == (paper.rows_per_step, paper.upsampler)
+    assert (bare.parallel_window, paper.parallel_window) == (0, presets.MULO_DEFAULTS[presets.PAPER].parallel_window)

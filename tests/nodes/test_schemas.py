@@ -115,7 +115,9 @@ def test_execute_fallbacks_equal_the_schema_defaults(pack, node_id):
 
 
 def test_unconnected_components_equal_the_component_nodes_at_their_defaults(pack, tiny_models, monkeypatch):
-    """The MuLo-SD Sampler without Upsampler and Local Verifier runs what those nodes give at their defaults."""
+    """The MuLo-SD Sampler without an Upsampler runs what that node gives at its defaults; without a Local
+    Verifier, the target family's shipped settings, which are the Local Verifier's defaults for the default
+    family (real models and the tiny card-less ones here get the paper's)."""
     from mulosd_pack.nodes import samplers
     from mulosd_pack.nodes.components import MuLoSDLocalVerifier, MuLoSDUpsampler
     from mulosd_pack.nodes.loaders import load
@@ -135,5 +137,11 @@ def test_unconnected_components_equal_the_component_nodes_at_their_defaults(pack
     widgets = {i.id: i.default for i in samplers.MuLoSDSampler.GET_SCHEMA().inputs if getattr(i, "default", None) is not None}
     with pytest.raises(Stop):
         samplers.MuLoSDSampler.execute(drafter, target, **widgets)
-    assert seen["method"].verifier == at_defaults(MuLoSDLocalVerifier)
+    from mulosd_core import presets
+    assert seen["method"].verifier == presets.mulo_verifier(presets.model_family(target.model))
+    assert presets.mulo_verifier("scenes") == at_defaults(MuLoSDLocalVerifier)
+    monkeypatch.setattr(target.model, "family", "patterns")   # the loaders cache the model: undo after
+    with pytest.raises(Stop):
+        samplers.MuLoSDSampler.execute(drafter, target, **widgets)
+    assert seen["method"].verifier == presets.mulo_verifier("patterns")
     assert seen["method"].upsampler == at_defaults(MuLoSDUpsampler)

@@ -49,6 +49,7 @@ class ToyModel:
 
     model_type = "c2i"
     num_classes = CLASSES
+    caption_dim = 0
     cond_len = 1
     vocab_size = VOCAB
 
@@ -75,6 +76,9 @@ class ToyModel:
         if cfg:
             ids = torch.cat([ids, torch.full_like(ids, CLASSES)])   # the null class
         return ConditionRows(self._net.cls(ids)[:, None])
+
+    def format_prompt(self, prompt: str) -> list[int]:
+        raise ValueError(f"prompt: {self.name} takes class ids, not text")
 
     def new_cache(self, rows: int) -> KVCache:
         return KVCache(1, rows, 1, self._max_len, self._net.tok.embedding_dim, torch.float32, self.device)
@@ -175,9 +179,6 @@ def test_the_toy_is_written_from_the_protocol_alone(toys):
 
 METHODS = ["ar", "zipar", "sjd", "gsd", "sd", "lantern", "mulo_islands", "mulo_serial", "mulo_raster",
            "mulo_nearest", "mulo_embedding", "mulo_oracle"]
-# the engine still reads target.vq for LANTERN's raw codebook (hasattr fallback to codebook()); listed for
-# engine.py: use target.raw_codebook()
-READS_MORE = {"lantern": "engine.py reads target.vq (LANTERN's raw codebook) instead of target.raw_codebook()"}
 
 
 # MuLo-SD at the paper's settings (family None) and at the shipped ones (scenes: the recheck rounds too)
@@ -194,8 +195,6 @@ def test_every_method_runs_through_a_protocol_only_model(toys, name, family):
     assert res.stats.target_calls > 0 and (kind is None or res.stats.drafter_calls > 0)
     read = target.read | (drafter.read if drafter is not None else set())
     undeclared = read - protocol_members()
-    if name in READS_MORE and undeclared:
-        pytest.xfail(READS_MORE[name] + f": {sorted(undeclared)}")
     assert undeclared == set()
 
 
