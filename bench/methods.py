@@ -18,8 +18,11 @@ from .models import Models
 from .quality import target_nll
 
 # mulo_no_pooling (k = 1) is left out while the default itself has k = 1 (presets.MULO_K): it would repeat mulo_islands.
-ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_serial", "mulo_islands", "mulo_paper", "mulo_raster",
-               "mulo_sequential_draft", "mulo_nearest", "mulo_embedding", "mulo_learned", "mulo_oracle")
+# every method of presets.method_presets but mulo_self (the shipped targets are trained at one grid only:
+# `--methods ... mulo_self` runs it)
+ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_islands", "mulo_paper", "mulo_grouped", "mulo_serial",
+               "mulo_raster", "mulo_no_pooling", "mulo_no_recheck", "mulo_sequential_draft", "mulo_nearest",
+               "mulo_embedding", "mulo_learned", "mulo_oracle")
 QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_serial", "mulo_islands", "mulo_oracle")
 QUICK_SAMPLES = 4
 ORACLE = "mulo_oracle"
