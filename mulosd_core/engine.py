@@ -520,18 +520,22 @@ class _Speculative:
                 new = self._target_probs(kv_ok + 1, top + 1)
                 probs = torch.cat([probs[:, :kv_ok + 1 - lo], new, probs[:, top + 1 - lo:]], 1)
                 kv_ok = top
-            per_b: dict[int, list[int]] = {}
-            for b, p in pos:
-                per_b.setdefault(b, []).append(p)
-            for b, ps in per_b.items():
-                self._sample_at(probs, b, ps, lo)
-                self.clock.sampled(b, ps)
-            self.clock.wave_done()
+            self._sample_wave(probs, pos, lo)
             kv_ok = min(kv_ok, min(p for _, p in pos))
         # Resampled tokens from kv_ok on were fed with their old values (and everything after them
         # attended those): the next verify call must re-feed them before reading any logits.
         self.target_stale = kv_ok
         return len(waves)
+
+    def _sample_wave(self, probs: torch.Tensor, pos: list[tuple[int, int]], lo: int) -> None:
+        """Sample one wave's positions (image b, position p) from `probs` (chunk distributions from `lo`)."""
+        per_b: dict[int, list[int]] = {}
+        for b, p in pos:
+            per_b.setdefault(b, []).append(p)
+        for b, ps in per_b.items():
+            self._sample_at(probs, b, ps, lo)
+            self.clock.sampled(b, ps)
+        self.clock.wave_done()
 
     def _resample_local(self, waves: list[list[list[int]]], base: int, lo: int, probs: torch.Tensor) -> int:
         """Island waves that feed only what changed (VerifierConfig.wave_feed = "local").
@@ -558,13 +562,7 @@ class _Speculative:
                 fed = set(slots)
                 while exact in fed:   # a slot fed on top of exact K/V is exact too
                     exact += 1
-            per_b: dict[int, list[int]] = {}
-            for b, p in pos:
-                per_b.setdefault(b, []).append(p)
-            for b, ps in per_b.items():
-                self._sample_at(probs, b, ps, lo)
-                self.clock.sampled(b, ps)
-            self.clock.wave_done()
+            self._sample_wave(probs, pos, lo)
             previous = sorted({p for _, p in pos})
             exact = previous[0] if exact is None else min(exact, previous[0])
         if exact is not None:   # the next verify re-feeds from here, so committed K/V are exact

@@ -252,17 +252,8 @@ def check_names(model_name, vq_name) -> bool | str:
     return True
 
 
-class MuLoSDLoadTarget(io.ComfyNode):
-    @classmethod
-    def define_schema(cls) -> io.Schema:
-        return io.Schema(
-            node_id="MuLoSDLoadTarget", display_name="Load Target", category="MuLo-SD/loaders",
-            description="Loads the target model: the high-resolution autoregressive model whose samples MuLo-SD "
-                        "reproduces. It verifies the drafter's proposals and resamples what it rejects.",
-            inputs=loader_inputs("embedded/target.safetensors", "target"),
-            outputs=[MulosdModel.Output("target", display_name="target",
-                                        tooltip="The loaded target model (GPT + VQ tokenizer at the chosen image size).")],
-        )
+class _ModelLoader(io.ComfyNode):
+    """What Load Target and Load Drafter share: they differ only in their schema (default file, texts)."""
 
     @classmethod
     def validate_inputs(cls, model_name, vq_name) -> bool | str:
@@ -274,7 +265,20 @@ class MuLoSDLoadTarget(io.ComfyNode):
         return io.NodeOutput(handle, ui={"text": [handle.description]})
 
 
-class MuLoSDLoadDrafter(io.ComfyNode):
+class MuLoSDLoadTarget(_ModelLoader):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="MuLoSDLoadTarget", display_name="Load Target", category="MuLo-SD/loaders",
+            description="Loads the target model: the high-resolution autoregressive model whose samples MuLo-SD "
+                        "reproduces. It verifies the drafter's proposals and resamples what it rejects.",
+            inputs=loader_inputs("embedded/target.safetensors", "target"),
+            outputs=[MulosdModel.Output("target", display_name="target",
+                                        tooltip="The loaded target model (GPT + VQ tokenizer at the chosen image size).")],
+        )
+
+
+class MuLoSDLoadDrafter(_ModelLoader):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(
@@ -287,11 +291,3 @@ class MuLoSDLoadDrafter(io.ComfyNode):
                                         tooltip="The loaded drafter model (GPT + VQ tokenizer at the chosen image size).")],
         )
 
-    @classmethod
-    def validate_inputs(cls, model_name, vq_name) -> bool | str:
-        return check_names(model_name, vq_name)
-
-    @classmethod
-    def execute(cls, model_name, vq_name, image_size, device, dtype, weights=offload.DEFAULT_WEIGHT_MODE) -> io.NodeOutput:
-        handle = load(model_name, vq_name, image_size, device, dtype, weights)
-        return io.NodeOutput(handle, ui={"text": [handle.description]})
