@@ -39,7 +39,8 @@ torch, device, device_name}, "samples", "settings": {models, device, dtype, batc
 sampling, grid, tokens_per_image, classes, seeds, real_seed, quality_meaningful, ...},
 "methods": {name: {"target_calls", "drafter_calls", "tokens_per_target_call", "acceptance_rate",
 "resampled_fraction", "wall_seconds_median", "wall_seconds_iqr", "wall_seconds_q25_q75",
-"wall_ratio_vs_ar", "wall_ratio_ci", "share_of_oracle", "time_split", "peak_memory", "accuracy",
+"wall_ratio_vs_ar", "wall_ratio_ci", "share_of_oracle", "time_split", "weights_bytes" (GPT weights of
+target and drafter, a storage both share counted once), "peak_memory", "accuracy",
 "accuracy_ci", "fd", "fd_ci", "nll", "nll_ci", "vs_ar", "kind", "drafter", "config",
 "ratio_reference", "runs": {per-run lists}}}, "checks": {"passed", "failures"}}
 
@@ -75,7 +76,8 @@ from .tables import jsonable, markdown, markdown_table, write_plots
 def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tuple[dict, dict]:
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
-    models = load_models(args.models, args.device, dtype, tiny_grid=args.tiny_grid, family=args.family)
+    models = load_models(args.models, args.device, dtype, tiny_grid=args.tiny_grid, family=args.family,
+                         target=args.target)
     presets = method_presets(models.target.family)
     names = list(args.methods or (QUICK_METHODS if args.quick else ALL_METHODS))
     unknown = [n for n in names if n not in presets]
@@ -130,6 +132,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
     ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES),
                     help="embedded family (scenes: the default, patterns: the near-deterministic hard case)")
+    ap.add_argument("--target", default="target", choices=("target", "self_target"),
+                    help="the family member that is the target (self_target: trained at its grid and at half of it, "
+                         "so that mulo_self drafts with its own weights; the family's low-res drafter still serves "
+                         "the two-model rows)")
     ap.add_argument("--tiny-grid", type=int, default=4, help="target grid of --models tiny (drafter: half)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--warmup", type=int, default=1)
@@ -141,8 +147,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.batch < 1 or (args.samples is not None and args.samples < 1) or args.warmup < 0:
         ap.error("--batch and --samples must be >= 1, --warmup >= 0")
+    if args.target != "target" and args.models != "embedded":
+        ap.error("--target self_target needs --models embedded")
     if args.tag is None:
         args.tag = default_tag(args.device, args.models, args.family, args.quick)
+        if args.target != "target":
+            args.tag += f"-{args.target.replace('_', '-')}"
     return args
 
 

@@ -12,6 +12,7 @@ import time
 import torch
 
 from mulosd_core.engine import MethodConfig, generate
+from mulosd_core.memory import weight_bytes
 from mulosd_core.sampling import SamplingConfig
 
 from .models import Models
@@ -93,6 +94,7 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
            for n in names}
     for n in names:                                   # warm-up (allocator, kernels, rope tables, kNN tables)
         cfg, kind = methods[n]
+        raw[n]["weights"] = weight_bytes(target, models.drafter_for(kind))   # a self-drafter adds nothing
         for k in range(warmup):
             generate(target, torch.tensor([0] * batch), sampling, cfg, models.drafter_for(kind), seed=WARMUP_SEED + k)
             bar.step(f"warm-up {n}")

@@ -15,6 +15,7 @@ import torch
 
 from mulosd_core.ar import model_sampling
 from mulosd_core.data.families import DataFamily, data_family
+from mulosd_core.models.llamagen import self_drafter
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY
 from mulosd_core.presets import EMBEDDED_SAMPLING
 from mulosd_core.sampling import SamplingConfig
@@ -42,13 +43,14 @@ class Models:
         """"low": the low-resolution drafter, "same": the same-resolution one, "self": the target itself at
         the low drafter's grid (self-drafting: the same weights, no second model)."""
         if kind == "self":
-            return self.target.at_grid(self.drafter.grid, name=f"{self.target.name}@self")
+            return self_drafter(self.target, self.target.grid // self.drafter.grid)
         return {"low": self.drafter, "same": self.sd_drafter, None: None}[kind]
 
 
 def load_models(kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32, tiny_grid: int = 4,
-                family: str = DEFAULT_EMBEDDED_FAMILY) -> Models:
-    """An embedded family (+ its classifier), or tiny random models with a random classifier."""
+                family: str = DEFAULT_EMBEDDED_FAMILY, target: str = "target") -> Models:
+    """An embedded family (+ its classifier), or tiny random models with a random classifier. `target`: the
+    family member that is the target ("self_target": the one trained at both grids, for self-drafting)."""
     from mulosd_core.train.classifier import PatternClassifier
     fam = data_family(family)
     if kind == "tiny":
@@ -68,12 +70,12 @@ def load_models(kind: str, device: str = "cpu", dtype: torch.dtype = torch.float
         raise ValueError(f"--models must be 'embedded' or 'tiny', got {kind!r}")
     from mulosd_core.models.registry import embedded_path, load_embedded
     from mulosd_core.train.classifier import load_classifier
-    target = load_embedded("target", dtype=dtype, device=device, family=family)
+    target_name, target = target, load_embedded(target, dtype=dtype, device=device, family=family)
     drafter = load_embedded("drafter", dtype=dtype, device=device, vq=target.vq, family=family)
     sd = load_embedded("sd_drafter", dtype=dtype, device=device, vq=target.vq, family=family)
     clf = load_classifier(embedded_path("classifier", family), device=device)
-    info = {"family": family,
-            "files": {m: _file_info(embedded_path(m, family)) for m in ("target", "drafter", "sd_drafter", "vq",
+    info = {"family": family, "target_member": target_name,
+            "files": {m: _file_info(embedded_path(m, family)) for m in (target_name, "drafter", "sd_drafter", "vq",
                                                                          "classifier")}}
     return Models(target, drafter, sd, clf, "embedded", True, fam, info)
 

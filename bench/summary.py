@@ -57,6 +57,7 @@ def summarise(raw: dict[str, dict], methods: dict[str, tuple[MethodConfig, str |
             "wall_ratio_ci": ratio_ci(ref["wall"], wall) if ref else None,
             "share_of_oracle": None,
             "time_split": {p: float(np.mean([s[p] for s in rec["split"]])) for p in TIME_PARTS},
+            "weights_bytes": int(rec["weights"]),   # GPT weights of target and drafter, shared storage once
             "peak_memory": {"kind": "cuda_max_allocated" if device.type == "cuda" else "cpu_max_rss_growth",
                             "bytes": int(rec["mem"])},
             "accuracy": acc, "accuracy_ci": acc_ci,

@@ -34,7 +34,7 @@ def markdown_table(result: dict, paper: dict | None = None) -> str:
     """The results table (one row per method); `paper` adds a column of published figures."""
     head = ["method", "target calls", "drafter calls", "tokens/target call", "acceptance", "resampled",
             "s/image (median, IQR)", "speed-up vs AR [95% CI]", "share of oracle", "accuracy [CI]",
-            "FD [CI]", "NLL [CI]", "peak memory"]
+            "FD [CI]", "NLL [CI]", "weights", "peak memory"]
     if paper is not None:
         head.append("paper (different scale/hardware)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -48,6 +48,7 @@ def markdown_table(result: dict, paper: dict | None = None) -> str:
                f"{fmt_num(m['accuracy'], '{:.3f}')}{fmt_ci(m['accuracy_ci'], '{:.3f}')}",
                f"{fmt_num(m['fd'], '{:.3g}')}{fmt_ci(m['fd_ci'], '{:.3g}')}",
                f"{fmt_num(m['nll'], '{:.3f}')}{fmt_ci(m['nll_ci'], '{:.3f}')}",
+               f"{m['weights_bytes'] / 2**20:.1f} MiB" if m.get("weights_bytes") is not None else "-",
                _mem(m["peak_memory"])]
         if paper is not None:
             row.append(paper.get(name, ""))

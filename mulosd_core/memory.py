@@ -24,6 +24,21 @@ class NotEnoughMemory(MemoryError):
     """A run was refused or stopped for lack of memory; the message says what to lower."""
 
 
+def weight_bytes(*models: Optional[ImageARModel]) -> int:
+    """Bytes of the weights the given models hold, each storage counted once: a self-drafter (the target
+    at a lower grid, LlamaGenModel.at_grid) adds nothing to its target. Counts `weights_module` (the GPT;
+    a VQ tokenizer shared by the pair is left out)."""
+    seen: dict[tuple[str, int], int] = {}
+    for m in models:
+        if m is None:
+            continue
+        module = m.weights_module()
+        for t in [*module.parameters(), *module.buffers()]:
+            st = t.untyped_storage()
+            seen[(str(t.device), st.data_ptr())] = st.nbytes()
+    return sum(seen.values())
+
+
 def available_bytes(device: torch.device) -> Optional[int]:
     """Free memory on `device` (None where it cannot be told)."""
     if device.type == "cuda":

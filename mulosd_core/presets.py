@@ -128,4 +128,5 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_oracle": (replace(mi, oracle=True), "low"),
         # self-drafting: the target drafts for itself at the drafter's grid (LlamaGenModel.at_grid)
         "mulo_self": (mi, "self"),
+        "mulo_self_paper": (mulo_islands(PAPER), "self"),
     }

@@ -1,6 +1,7 @@
 """The MuLo-SD nodes for ComfyUI (V3 schema). The pack's root __init__.py registers them.
 
-    loaders.py     Load Target, Load Drafter          -> mulosd_core.models.registry
+    loaders.py     Load Target, Load Drafter,         -> mulosd_core.models.registry
+                   Self Drafter                       -> mulosd_core.models.llamagen.self_drafter
     components.py  Upsampler, Local Verifier          -> mulosd_core.upsample / engine configs
     text.py        Load Text Encoder, Text Prompt     -> mulosd_core.models.text_encoder
     janus.py       Load Janus-Pro, Janus Prompt       -> mulosd_core.models.janus
@@ -13,12 +14,12 @@ from comfy_api.latest import ComfyExtension, io
 from .components import MuLoSDLocalVerifier, MuLoSDUpsampler
 from .inputs import register_prompt_check
 from .janus import MuLoSDJanusPrompt, MuLoSDLoadJanus
-from .loaders import MuLoSDLoadDrafter, MuLoSDLoadTarget
+from .loaders import MuLoSDLoadDrafter, MuLoSDLoadTarget, MuLoSDSelfDrafter
 from .samplers import MuLoSDARSampler, MuLoSDSampler
 from .text import MuLoSDLoadTextEncoder, MuLoSDTextPrompt
 
 NODES: list[type[io.ComfyNode]] = [
-    MuLoSDLoadTarget, MuLoSDLoadDrafter, MuLoSDLoadTextEncoder, MuLoSDTextPrompt, MuLoSDLoadJanus, MuLoSDJanusPrompt,
+    MuLoSDLoadTarget, MuLoSDLoadDrafter, MuLoSDSelfDrafter, MuLoSDLoadTextEncoder, MuLoSDTextPrompt, MuLoSDLoadJanus, MuLoSDJanusPrompt,
     MuLoSDUpsampler, MuLoSDLocalVerifier, MuLoSDSampler, MuLoSDARSampler,
 ]
 

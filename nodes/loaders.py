@@ -24,6 +24,7 @@ from comfy_api.latest import io
 from mulosd_core import offload
 from mulosd_core.models import registry
 from mulosd_core.models.checkpoints import CheckpointError
+from mulosd_core.models.llamagen import self_drafter
 
 from .types import ModelHandle, MulosdModel
 
@@ -291,3 +292,30 @@ class MuLoSDLoadDrafter(_ModelLoader):
                                         tooltip="The loaded drafter model (GPT + VQ tokenizer at the chosen image size).")],
         )
 
+
+
+class MuLoSDSelfDrafter(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="MuLoSDSelfDrafter", display_name="Self Drafter", category="MuLo-SD/loaders",
+            description="The target drafts for itself: the same weights run at 1/ratio of its grid with their own KV "
+                        "cache. No file is loaded and no weights are added in memory. Its drafts are good only if "
+                        "the target was trained at that grid too: embedded/self_target is (both grids); other "
+                        "LlamaGen-format targets run, but self-drafting is untested on released weights.",
+            inputs=[
+                MulosdModel.Input("target", tooltip="The target (Load Target) that drafts for itself."),
+                io.Int.Input("ratio", default=2, min=2, max=8,
+                             tooltip="The drafter's grid is the target's divided by this (2: a 16 x 16 target drafts "
+                                     "at 8 x 8); it must divide the target's grid."),
+            ],
+            outputs=[MulosdModel.Output("drafter", display_name="drafter",
+                                        tooltip="The target at the lower grid, for the MuLo-SD Sampler's drafter input.")],
+        )
+
+    @classmethod
+    def execute(cls, target: ModelHandle, ratio: int = 2) -> io.NodeOutput:
+        model = self_drafter(target.model, ratio)
+        handle = ModelHandle(model, f"{target.name} @ {model.grid} x {model.grid} (self)", target.path, target.vq_path)
+        text = f"{handle.name}: no second file loaded; the target's own weights at a {model.grid} x {model.grid} grid"
+        return io.NodeOutput(handle, ui={"text": [text]})

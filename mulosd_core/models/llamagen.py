@@ -175,3 +175,18 @@ class LlamaGenModel:
         return (f"LlamaGen {kind} GPT {cfg.name} ({cfg.n_layer} layers x {cfg.dim}), {self.image_size} px, grid "
                 f"{self.grid}x{self.grid}, {cond}; {vq}(codebook {self.vocab_size}, {self.vq.downsample}x downsampling); "
                 f"{str(self.dtype).replace('torch.', '')} on {self.device}")
+
+
+def self_drafter(target, ratio: int = 2) -> LlamaGenModel:
+    """MuLo-SD's drafter as the target itself at 1/`ratio` of its grid: the same weights in memory, its own
+    KV cache (LlamaGenModel.at_grid). Any LlamaGen-format target can do it; whether its drafts are good
+    depends on training at that grid too (the embedded family's self_target is; released weights are not
+    known to be)."""
+    if not isinstance(target, LlamaGenModel):
+        raise ValueError(f"self-drafting needs a LlamaGen-format target (its 2D RoPE runs at a smaller grid); "
+                         f"got {getattr(target, 'name', type(target).__name__)!r}, a {getattr(target, 'model_type', '?')} model")
+    if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 2:
+        raise ValueError(f"ratio: expected a whole number >= 2 (the drafter's grid is the target's / ratio), got {ratio!r}")
+    if target.grid % ratio:
+        raise ValueError(f"ratio: the target's grid {target.grid} is not divisible by {ratio}; choose a divisor of it")
+    return target.at_grid(target.grid // ratio, name=f"{target.name}@{target.grid // ratio} (self)")

@@ -161,6 +161,7 @@ EMBEDDED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.p
 EMBEDDED_FAMILIES = {"scenes": EMBEDDED_DIR, "patterns": os.path.join(EMBEDDED_DIR, "patterns")}
 DEFAULT_EMBEDDED_FAMILY = "scenes"
 EMBEDDED_MEMBERS = {"target": "target.safetensors", "drafter": "drafter.safetensors",
+                    "self_target": "self_target.safetensors",   # scenes only: trained at its grid and at half
                     "sd_drafter": "sd_drafter.safetensors", "vq": "vq.safetensors",
                     "upsampler": "upsampler.safetensors", "classifier": "classifier.safetensors"}
 

@@ -116,14 +116,22 @@ SCENES_PRESETS = {
                   classifier_steps=500, classifier_noise=0.06, gpts=[
                       GPTStage("target", grid=16, dim=128, n_layer=8, n_head=4, steps=2000, batch=16),
                       GPTStage("drafter", grid=8, dim=96, n_layer=3, n_head=4, steps=5000, batch=32, pool=48000),
-                      GPTStage("sd_drafter", grid=16, dim=64, n_layer=2, n_head=2, steps=1200, batch=16)],
+                      GPTStage("sd_drafter", grid=16, dim=64, n_layer=2, n_head=2, steps=1200, batch=16),
+                      # the target's architecture trained at both grids (a quarter of the steps at 8 x 8): it
+                      # drafts for itself (LlamaGenModel.at_grid), so MuLo-SD needs no second model
+                      GPTStage("self_target", grid=16, dim=128, n_layer=8, n_head=4, steps=2400, batch=16,
+                               low_share=0.25)],
                   upsampler=UpsamplerStage(steps=1000)),
     "gpu": Preset("gpu", data="scenes", vq=_SCENES_VQ, vq_steps=6000, vq_batch=64, pool=100000, sampling=SCENES_SAMPLING,
                   classifier_noise=0.06, gpts=[
                       GPTStage("target", grid=16, dim=192, n_layer=8, n_head=6, steps=8000, batch=64),
                       GPTStage("drafter", grid=8, dim=128, n_layer=4, n_head=4, steps=6000, batch=64),
-                      GPTStage("sd_drafter", grid=16, dim=64, n_layer=2, n_head=2, steps=4000, batch=64)]),
-    "smoke": replace(PATTERNS_PRESETS["smoke"], data="scenes", sampling=SCENES_SAMPLING),
+                      GPTStage("sd_drafter", grid=16, dim=64, n_layer=2, n_head=2, steps=4000, batch=64),
+                      GPTStage("self_target", grid=16, dim=192, n_layer=8, n_head=6, steps=10000, batch=64,
+                               low_share=0.25)]),
+    "smoke": replace(PATTERNS_PRESETS["smoke"], data="scenes", sampling=SCENES_SAMPLING,
+                     gpts=[*PATTERNS_PRESETS["smoke"].gpts,
+                           GPTStage("self_target", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4, low_share=0.5)]),
 }
 PRESETS: dict[str, dict[str, Preset]] = {"scenes": SCENES_PRESETS, "patterns": PATTERNS_PRESETS}
 

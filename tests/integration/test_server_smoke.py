@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 DISPLAY_NAMES = {
-    "MuLoSDLoadTarget": "Load Target", "MuLoSDLoadDrafter": "Load Drafter", "MuLoSDLoadTextEncoder": "Load Text Encoder",
+    "MuLoSDLoadTarget": "Load Target", "MuLoSDLoadDrafter": "Load Drafter", "MuLoSDSelfDrafter": "Self Drafter", "MuLoSDLoadTextEncoder": "Load Text Encoder",
     "MuLoSDTextPrompt": "MuLo-SD Text Prompt", "MuLoSDLoadJanus": "Load Janus-Pro", "MuLoSDJanusPrompt": "Janus Prompt",
     "MuLoSDUpsampler": "Upsampler", "MuLoSDLocalVerifier": "Local Verifier", "MuLoSDSampler": "MuLo-SD Sampler",
     "MuLoSDARSampler": "AR Sampler",

@@ -232,3 +232,15 @@ def test_official_t2i_layout_loads_as_t2i(loaders, tmp_path, monkeypatch):
     for part in ("t2i_XL_stage1_256.pt: LlamaGen text-to-image (t2i) GPT GPT-tiny", "256 px", "grid 16x16",
                  "120 caption tokens of width 2048", "VQ vq_ds16_t2i.pt (codebook 64, 16x downsampling)"):
         assert part in text, (part, text)
+
+
+def test_self_drafter_is_the_target_at_a_lower_grid_with_no_second_file(loaders):
+    from mulosd_core.memory import weight_bytes
+    target = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors").result[0]
+    out = loaders.MuLoSDSelfDrafter.execute(target, 2)
+    drafter = out.result[0]
+    assert drafter.model.gpt is target.model.gpt and drafter.model.grid * 2 == target.model.grid
+    assert weight_bytes(target.model, drafter.model) == weight_bytes(target.model)
+    assert "no second file loaded" in out.ui["text"][0] and drafter.path == target.path
+    with pytest.raises(ValueError, match="is not divisible by 3"):
+        loaders.MuLoSDSelfDrafter.execute(target, 3)

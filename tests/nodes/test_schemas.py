@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = {
     "MuLoSDLoadTarget": "Load Target",
     "MuLoSDLoadDrafter": "Load Drafter",
+    "MuLoSDSelfDrafter": "Self Drafter",
     "MuLoSDLoadTextEncoder": "Load Text Encoder",
     "MuLoSDTextPrompt": "MuLo-SD Text Prompt",
     "MuLoSDLoadJanus": "Load Janus-Pro",

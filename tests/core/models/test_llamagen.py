@@ -22,3 +22,22 @@ def test_at_grid_is_a_view_of_the_same_weights():
     assert res.stats.drafter_calls > 0 and res.tokens.shape == (1, 16)
     with pytest.raises(ValueError, match="grid: expected a positive token grid, got 0"):
         target.at_grid(0)
+
+
+def test_self_drafter_is_the_target_at_a_fraction_of_its_grid():
+    from mulosd_core.memory import weight_bytes
+    from mulosd_core.models.llamagen import self_drafter
+    vq = tiny_vq(0, 16)
+    target, other = tiny_model(4, 1, vq=vq, dim=16), tiny_model(2, 2, vq=vq, dim=16)
+    drafter = self_drafter(target, 2)
+    assert drafter.gpt is target.gpt and drafter.grid == 2 and "(self)" in drafter.name
+    # weights in memory: the self-drafter adds nothing, a second model adds its own
+    alone = weight_bytes(target)
+    assert alone > 0 and weight_bytes(target, drafter) == alone
+    assert weight_bytes(target, other) == alone + weight_bytes(other)
+    for bad, msg in ((1, r"ratio: expected a whole number >= 2"), (2.0, "ratio: expected a whole number"),
+                     (3, "grid 4 is not divisible by 3")):
+        with pytest.raises(ValueError, match=msg):
+            self_drafter(target, bad)
+    with pytest.raises(ValueError, match="self-drafting needs a LlamaGen-format target"):
+        self_drafter(object(), 2)
