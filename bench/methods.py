@@ -78,6 +78,20 @@ def _time_split(seconds: dict, total: float) -> dict:
     return out
 
 
+def call_costs(rec: dict) -> dict:
+    """Milliseconds per call kind, from the engine's timers over all runs of a method: AR's target token,
+    a verify call (per step), a resampling wave (recheck waves included), a drafter call, an upsampling
+    (per step). None where the method makes no such call."""
+    total = lambda part: sum(s.get(part, 0.0) for s in rec["seconds"])
+    steps, waves, dcalls = sum(rec["steps"]), sum(rec["waves"]), sum(rec["drafter_calls"])
+    per = lambda secs, n: 1000 * secs / n if n and secs else None   # no timer (ZipAR, SJD, GSD): None
+    ar_like = total("forward") > 0
+    return {"target_token": per(total("forward"), sum(rec["target_calls"])) if ar_like else None,
+            "verify_call": per(total("verify"), steps), "resample_wave": per(total("resample"), waves),
+            "drafter_call": per(total("draft"), dcalls), "upsample_step": per(total("upsample"), steps),
+            "waves_per_step": waves / steps if steps else None}
+
+
 def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | None]], samples: int,
                 batch: int = 1, warmup: int = 1, sampling: SamplingConfig | None = None, keep_images: int = 0,
                 progress: bool = True, label: str = "bench") -> dict[str, dict]:
@@ -88,7 +102,8 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
     names = list(methods)
     batches = [(i, min(batch, samples - i)) for i in range(0, samples, batch)]
     bar = _Progress(warmup * len(names) + len(batches) * len(names), progress, label)
-    raw = {n: {"wall": [], "target_calls": [], "drafter_calls": [], "tokens_per_image": [], "batch": [],
+    raw = {n: {"wall": [], "target_calls": [], "drafter_calls": [], "tokens_per_image": [], "batch": [], "steps": [],
+               "waves": [], "seconds": [],
                "accepted": 0, "resampled": 0, "drafted": 0, "tokens_total": 0, "split": [], "mem": 0,
                "correct": [], "features": [], "nll": [], "images": [], "maps": [], "tokens_in_range": True}
            for n in names}
@@ -119,6 +134,9 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
             rec["batch"].append(b)
             rec["target_calls"].append(st.target_calls)
             rec["drafter_calls"].append(st.drafter_calls)
+            rec["steps"].append(st.steps)
+            rec["waves"].append(sum(st.waves))
+            rec["seconds"].append(dict(st.seconds))
             rec["tokens_per_image"].append(int(res.tokens.shape[1]))
             rec["tokens_in_range"] &= bool(((res.tokens >= 0) & (res.tokens < target.vocab_size)).all())
             rec["accepted"] += st.accepted

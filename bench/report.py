@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-from .tables import ci_statistic, markdown_table, time_split_table
+from .tables import call_cost_table, ci_statistic, markdown_table, time_split_table
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 RESULTS_DIR = "bench/results"
@@ -86,7 +86,9 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
               "small models of this run.", "",
               markdown_table(result, paper=PAPER), "",
               "Time split (seconds per image; ZipAR and SJD have no part timers, their time is under other):", "",
-              time_split_table(result), ""]
+              time_split_table(result), "",
+              "Cost per call (milliseconds, from the engine's timers over all runs; waves per step = island depth):",
+              "", call_cost_table(result), ""]
     chk = result.get("checks")
     if chk is not None:
         lines.append(f"Consistency checks: {'passed' if chk.get('passed') else 'FAILED: ' + '; '.join(chk['failures'])}.")

@@ -10,7 +10,7 @@ from mulosd_core.engine import MethodConfig
 from mulosd_core.metrics import frechet_distance
 from mulosd_core.schedules import zipar_nfe
 
-from .methods import ORACLE, TIME_PARTS
+from .methods import ORACLE, TIME_PARTS, call_costs
 from .quality import (N_BOOT_FD, fd_with_ci, iqr, mean_ci, paired_delta, ratio_ci, ratio_of_medians,
                       share_of_oracle)
 
@@ -57,6 +57,7 @@ def summarise(raw: dict[str, dict], methods: dict[str, tuple[MethodConfig, str |
             "wall_ratio_ci": ratio_ci(ref["wall"], wall) if ref else None,
             "share_of_oracle": None,
             "time_split": {p: float(np.mean([s[p] for s in rec["split"]])) for p in TIME_PARTS},
+            "call_costs_ms": call_costs(rec),
             "weights_bytes": int(rec["weights"]),   # GPT weights of target and drafter, shared storage once
             "peak_memory": {"kind": "cuda_max_allocated" if device.type == "cuda" else "cpu_max_rss_growth",
                             "bytes": int(rec["mem"])},

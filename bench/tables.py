@@ -63,6 +63,20 @@ def time_split_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+COST_KINDS = ("target_token", "verify_call", "resample_wave", "drafter_call", "upsample_step", "waves_per_step")
+
+
+def call_cost_table(result: dict) -> str:
+    """Milliseconds per call kind (bench.methods.call_costs) and resampling waves per step; '-' where a method
+    makes no such call (or the run predates the measure)."""
+    lines = ["| method | " + " | ".join(k.replace("_", " ") + ("" if k == "waves_per_step" else " (ms)")
+                                      for k in COST_KINDS) + " |", "|" + "---|" * (len(COST_KINDS) + 1)]
+    for name, m in result["methods"].items():
+        c = m.get("call_costs_ms") or {}
+        lines.append(f"| {name} | " + " | ".join(fmt_num(c.get(k), "{:.2f}") for k in COST_KINDS) + " |")
+    return "\n".join(lines)
+
+
 def markdown(result: dict) -> str:
     st = result["settings"]
     hw = result["hardware"]
@@ -81,7 +95,7 @@ def markdown(result: dict) -> str:
             "per-token -log p under the target with the sampling's CFG/temperature.", "",
             markdown_table(result), "", "## Time split (seconds per image)", "",
             "ZipAR, SJD and GSD have no part timers in the engine: their time is under other.", "",
-            time_split_table(result), ""]
+            time_split_table(result), "", "## Cost per call", "", call_cost_table(result), ""]
     chk = result.get("checks", {})
     out += [f"Consistency checks: {'passed' if chk.get('passed') else 'FAILED'}"]
     out += [f"- {f}" for f in chk.get("failures", [])]
