@@ -150,8 +150,25 @@ def evaluate(models: str, samples: int, device: str = "cpu", command: str = "") 
         log.info("%s AR samples: accuracy %.4f, FD %.3f, NLL %.3f", name, q["accuracy"], q["fd"], q["nll"])
         out[f"{name}_ar_accuracy"] = q["accuracy"]
         out[f"{name}_ar"] = q
+    out.update(self_target_quality(models, target, drafter, classifier, labels, sampling, real_feats))
     out["command"] = command
     out["total_seconds"] = time.perf_counter() - t0
+    return out
+
+
+def self_target_quality(models: str, target, drafter, classifier, labels, sampling, real_feats) -> dict:
+    """AR quality of the family's self_target (trained at its grid and at the drafter's), at both grids;
+    {} when the family has none. Its low-grid samples are what it drafts for itself."""
+    path = os.path.join(models, "self_target.safetensors")
+    if not os.path.exists(path):
+        return {}
+    model = load_model(path, "", device=target.device, vq=target.vq)
+    out = {}
+    for name, m in (("self_target", model), ("self_target_low", model.at_grid(drafter.grid))):
+        q, _ = sample_quality(m, classifier, labels, sampling, real_feats)
+        log.info("%s AR samples (grid %d): accuracy %.4f, FD %.3f", name, m.grid, q["accuracy"], q["fd"])
+        out[f"{name}_ar_accuracy"] = q["accuracy"]
+        out[f"{name}_ar"] = {**q, "grid": m.grid}
     return out
 
 
@@ -166,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     metrics = evaluate(args.models, args.samples, args.device, " ".join(["python -m mulosd_core.train.evaluate", *argv]))
     with open(os.path.join(args.models, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
-    for name in ("target", "drafter", "sd_drafter", "vq"):
+    for name in ("target", "drafter", "sd_drafter", "self_target", "vq"):
         card_path = os.path.join(args.models, f"{name}.json")
         if os.path.exists(card_path):
             card = json.load(open(card_path))
@@ -175,6 +192,8 @@ def main(argv: list[str] | None = None) -> None:
                 card["metrics"]["psnr_db"] = metrics["vq_psnr_db"]
             else:
                 card["metrics"].update({k: v for k, v in metrics[f"{name}_ar"].items()})
+                if name == "self_target":
+                    card["metrics"]["low_grid"] = metrics["self_target_low_ar"]
             card["metrics"]["evaluated_by"] = metrics["command"]
             json.dump(card, open(card_path, "w"), indent=2, sort_keys=True)
     print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict)}, indent=2))

@@ -31,3 +31,27 @@ def test_shipped_cards_name_both():
     for family in ("scenes", "patterns"):
         card, _ = family_card(embedded_dir(family))
         assert card["data_family"] == family and "sampling" in card
+
+
+def test_self_target_is_evaluated_at_both_grids_when_the_family_has_one(tmp_path):
+    import numpy as np
+    import torch
+
+    from mulosd_core.models.checkpoints import save_safetensors
+    from mulosd_core.sampling import SamplingConfig
+    from mulosd_core.testing import tiny_gpt, tiny_model, tiny_vq
+    from mulosd_core.train.classifier import PatternClassifier
+    from mulosd_core.train.evaluate import self_target_quality
+
+    vq = tiny_vq(0, 64)
+    target, drafter = tiny_model(8, 1, vq=vq), tiny_model(4, 2, vq=vq)
+    clf, labels, sampling = PatternClassifier().eval(), torch.arange(4) % 10, SamplingConfig(temperature=1.0)
+    real = np.random.default_rng(0).normal(size=(8, clf.head.in_features))
+    args = (target, drafter, clf, labels, sampling, real)
+    assert self_target_quality(str(tmp_path), *args) == {}          # a family without one
+    gpt = tiny_gpt(3, vocab_size=64, num_classes=10)
+    save_safetensors(gpt.state_dict(), str(tmp_path / "self_target.safetensors"),
+                     {"mulosd_config": {**gpt.config.to_dict(), "image_size": 32}, "kind": "gpt"})
+    out = self_target_quality(str(tmp_path), *args)
+    assert (out["self_target_ar"]["grid"], out["self_target_low_ar"]["grid"]) == (8, 4)
+    assert 0.0 <= out["self_target_low_ar_accuracy"] <= 1.0 and np.isfinite(out["self_target_ar"]["fd"])
