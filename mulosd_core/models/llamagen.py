@@ -181,7 +181,7 @@ def self_drafter(target, ratio: int = 2) -> LlamaGenModel:
     """MuLo-SD's drafter as the target itself at 1/`ratio` of its grid: the same weights in memory, its own
     KV cache (LlamaGenModel.at_grid). Any LlamaGen-format target can do it; whether its drafts are good
     depends on training at that grid too (the embedded family's self_target is; released weights are not
-    known to be)."""
+    known to be; docs/DESIGN.md section 3.4)."""
     if not isinstance(target, LlamaGenModel):
         raise ValueError(f"self-drafting needs a LlamaGen-format target (its 2D RoPE runs at a smaller grid); "
                          f"got {getattr(target, 'name', type(target).__name__)!r}, a {getattr(target, 'model_type', '?')} model")
