@@ -228,3 +228,15 @@ def test_shipped_target_samples_end_to_end_on_cpu(data):
     assert res.tokens.shape == (2, target.num_tokens)
     assert res.images.shape == (2, 3, target.image_size, target.image_size)
     assert float(res.images.min()) >= -0.05 and float(res.images.max()) <= 1.05
+
+
+def test_shipped_self_target_matches_its_card_at_both_grids():
+    """scenes' self_target (issue 23): the target's architecture trained at 16 x 16 and 8 x 8, evaluated at both."""
+    folder = embedded_dir("scenes")
+    card = json.load(open(os.path.join(folder, "self_target.json")))
+    target_card = json.load(open(os.path.join(folder, "target.json")))
+    assert card["low_share"] > 0 and card["config"] == {**target_card["config"], "name": "embedded-self_target"}
+    model = load_model(os.path.join(folder, EMBEDDED_MEMBERS["self_target"]), os.path.join(folder, "vq.safetensors"))
+    assert sum(t.numel() for t in model.gpt.parameters()) == card["params"] and model.grid == card["grid"] == 16
+    assert card["metrics"]["low_grid"]["grid"] == 8 and "accuracy" in card["metrics"]["low_grid"]
+    assert card["metrics"]["evaluated_by"].startswith("python -m mulosd_core.train.evaluate")
