@@ -156,11 +156,23 @@ class Graph:
 
 # ---------------------------------------------------------------------------- the graphs
 LOADER = dict(image_size=0, device="auto", dtype="float32", weights="auto")
-_V = presets.mulo_verifier()
-VERIFIER = dict(rule=_V.rule, tau=_V.tau, k_neighbours=_V.k_neighbours, expansion_radius=_V.expansion_radius,
-                rejection=_V.rejection, resampling=_V.resampling, lantern_delta=presets.LANTERN_DELTA, recheck=_V.recheck,
-                recheck_scope=_V.recheck_scope)
-MULO = dict(parallel_window=presets.MULO_WINDOW, rows_per_step=presets.MULO_ROWS, draft_length=4)
+
+
+def verifier_widgets(family: str | None) -> dict:
+    """The Local Verifier at a family's shipped settings (None: the paper's, for LlamaGen and Janus-Pro)."""
+    v = presets.mulo_verifier(family)
+    return dict(rule=v.rule, tau=v.tau, k_neighbours=v.k_neighbours, expansion_radius=v.expansion_radius,
+                rejection=v.rejection, resampling=v.resampling, lantern_delta=presets.LANTERN_DELTA, recheck=v.recheck,
+                recheck_scope=v.recheck_scope)
+
+
+def drafting_widgets(family: str | None) -> dict:
+    d = presets.mulo_defaults(family)
+    return dict(parallel_window=d.parallel_window, rows_per_step=d.rows_per_step, draft_length=presets.SD_DRAFT_LEN)
+
+
+VERIFIER, MULO = verifier_widgets("scenes"), drafting_widgets("scenes")   # the embedded graphs' default family
+PAPER_VERIFIER, PAPER_MULO = verifier_widgets(None), drafting_widgets(None)   # real models: the paper's settings
 
 
 def outputs(g: Graph, sampler: Node, x: int, y: int, prefix: str, maps: bool = True) -> None:
@@ -212,13 +224,13 @@ def llamagen(name: str, note: str, drafter: tuple, target: tuple, vq: str, sampl
     d = g.add("MuLoSDLoadDrafter", (0, 260), model_name=drafter[0], vq_name=vq, image_size=drafter[1], device="auto", dtype="bfloat16",
               weights="auto")
     up = g.add("MuLoSDUpsampler", (0, 520), kind="pixel", ratio=2, filter="bicubic")
-    ver = g.add("MuLoSDLocalVerifier", (0, 700), **VERIFIER)
+    ver = g.add("MuLoSDLocalVerifier", (0, 700), **PAPER_VERIFIER)
     common = dict(class_id=class_id, seed=0, **sampling)
     if prompt is not None:
         enc = g.add("MuLoSDLoadTextEncoder", (0, 980), encoder_name="flan-t5-xl", device="auto", dtype="auto", offload=True)
         text = g.add("MuLoSDTextPrompt", (0, 1160), text_encoder=enc[0], prompt=prompt)
         common["conditioning"] = text[0]
-    mulo = g.add("MuLoSDSampler", (360, 0), drafter=d[0], target=t[0], upsampler=up[0], verifier=ver[0], **common, **MULO, batch_size=1)
+    mulo = g.add("MuLoSDSampler", (360, 0), drafter=d[0], target=t[0], upsampler=up[0], verifier=ver[0], **common, **PAPER_MULO, batch_size=1)
     ar = g.add("MuLoSDARSampler", (360, 560), target=t[0], **common, batch_size=1, mode="ar", zipar_window=8, sjd_window=16)
     outputs(g, mulo, 720, 0, "mulo")
     outputs(g, ar, 720, 560, "ar", maps=False)
@@ -237,10 +249,10 @@ def janus_pro() -> Graph:
     d = g.add("MuLoSDLoadJanus", (0, 200), "Load Janus-Pro (drafter)", model_name="janus/Janus-Pro-1B", device="auto",
               dtype="auto", weights="auto")
     text = g.add("MuLoSDJanusPrompt", (0, 400), prompt=JANUS_PROMPT)
-    ver = g.add("MuLoSDLocalVerifier", (0, 640), **VERIFIER)
+    ver = g.add("MuLoSDLocalVerifier", (0, 640), **PAPER_VERIFIER)
     common = dict(class_id=0, seed=0, **JANUS_SAMPLING, conditioning=text[0])
     mulo = g.add("MuLoSDSampler", (360, 0), drafter=d[0], target=t[0], verifier=ver[0], **common,
-                 **(MULO | {"parallel_window": 0}), batch_size=1)
+                 **(PAPER_MULO | {"parallel_window": 0}), batch_size=1)
     ar = g.add("MuLoSDARSampler", (360, 560), target=t[0], **common, batch_size=1, mode="ar", zipar_window=8,
                sjd_window=16)
     outputs(g, mulo, 720, 0, "mulo")
