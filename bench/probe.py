@@ -4,7 +4,8 @@
 
 Starts a ComfyUI 0.3.75 server with the pack (installed by scripts/setup_comfyui.sh; the same harness
 as tests/integration), then runs each probe as a user of the HTTP API would: bad model files, bad
-parameters, an image size whose run cannot fit, cancels of a batch-8 run of the shipped defaults.
+parameters, an image size whose run cannot fit, cancels of a batch-8 run at the paper's settings (the shipped
+defaults end before a cancel at 1 s).
 For every probe it checks that the error is clear (names the input or the file and what is wrong),
 that the server is alive afterwards, and that the next output is identical to one taken before any
 probe (a fixed AR prompt; for the cancels, the cancelled prompt itself against its undisturbed run).
@@ -33,6 +34,11 @@ from comfy_server import ComfyServer  # noqa: E402
 
 TARGET, DRAFTER = "embedded/target.safetensors", "embedded/drafter.safetensors"
 REFERENCE_SEED = 31337
+# The cancel probe runs the paper's verifier settings (tau 0.3, k 8, one row a step): the shipped scenes
+# defaults accept whole drafts and end a batch of 8 in under a second, nothing left to cancel at 1 s; the
+# paper's settings reject almost every scenes draft and resample it (about 0.9 s an image on one thread).
+CANCEL_VERIFIER = "paper"
+CANCEL_BATCH = 8        # images per cancelled run
 CANCEL_AFTER = 1.0      # seconds after the sampler starts
 CANCEL_LIMIT = 2.0      # a cancelled run must end within this many seconds of the interrupt
 
@@ -243,21 +249,36 @@ class Prober:
         return self.after(row)
 
     # -- cancel ------------------------------------------------------------------------------
-    def run_undisturbed(self, batch: int = 8, seed: int = 4242) -> tuple[list[bytes], float]:
+    def run_undisturbed(self, batch: int = CANCEL_BATCH, seed: int = 4242) -> tuple[list[bytes], float]:
         """The MuLo-SD prompt of the cancel probe run to its end (once; it also loads the drafter)."""
         if (batch, seed) not in self.undisturbed:
             forget_outputs(self.server)
             t0 = time.perf_counter()
-            got = images(self.server, self.server.run(mulo_graph(self.info, batch_size=batch, seed=seed), timeout=900))
+            got = images(self.server, self.server.run(self.cancel_graph(batch, seed), timeout=900))
             self.undisturbed[(batch, seed)] = got, time.perf_counter() - t0
         return self.undisturbed[(batch, seed)]
 
-    def cancel(self, runs: int, batch: int = 8, seed: int = 4242) -> Row:
-        """Cancel a batch-`batch` run of the shipped defaults CANCEL_AFTER s after the sampler starts, `runs`
-        times; latency = POST /interrupt to the run's end (execution_interrupted). Then the same prompt again
-        must give the undisturbed run's images."""
-        prompt = mulo_graph(self.info, batch_size=batch, seed=seed)
+    def cancel_graph(self, batch: int, seed: int) -> dict:
+        """The scenes pair with a Local Verifier at the paper's settings (CANCEL_VERIFIER)."""
+        from mulosd_core import presets
+
+        v, d = presets.mulo_verifier(CANCEL_VERIFIER), presets.mulo_defaults(CANCEL_VERIFIER)
+        g = mulo_graph(self.info, batch_size=batch, seed=seed, rows_per_step=d.rows_per_step,
+                       verifier=["5", 0])
+        g["5"] = node(self.info, "MuLoSDLocalVerifier", rule=v.rule, tau=v.tau, k_neighbours=v.k_neighbours,
+                      expansion_radius=v.expansion_radius, recheck=v.recheck)
+        return g
+
+    def cancel(self, runs: int, batch: int = CANCEL_BATCH, seed: int = 4242) -> Row:
+        """Cancel a batch-`batch` run (cancel_graph) CANCEL_AFTER s after the sampler starts, `runs` times;
+        latency = POST /interrupt to the run's end (execution_interrupted). Then the same prompt again must give
+        the undisturbed run's images."""
+        prompt = self.cancel_graph(batch, seed)
         undisturbed, full = self.run_undisturbed(batch, seed)
+        if full < 2 * CANCEL_AFTER:   # the run must still be going, with a second to spare, when the cancel comes
+            return Row(f"cancel batch {batch}", alive=self.server.alive(),
+                       detail=f"an undisturbed run takes {full:.1f} s: too short to test a cancel at "
+                              f"{CANCEL_AFTER:.0f} s (make the probe's run longer)", numbers={"full_run_s": full})
         latencies, ends = [], []
         for _ in range(runs):
             forget_outputs(self.server)

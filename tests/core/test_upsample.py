@@ -287,7 +287,7 @@ def test_shipped_learned_drafts_are_accepted_more_often_than_pixel_drafts(embedd
     target, drafter = embedded_pair
     rates = {}
     for kind in ("pixel", "learned"):
-        method = replace(presets.mulo_islands(), upsampler=UpsamplerConfig(kind=kind))
+        method = replace(presets.mulo_islands("patterns"), upsampler=UpsamplerConfig(kind=kind))
         res = generate(target, torch.arange(4), presets.EMBEDDED_SAMPLING, method, drafter=drafter, seed=0, decode=False)
         rates[kind] = res.stats.to_dict()["acceptance_rate"]
     assert rates["learned"] > rates["pixel"] + 0.05, rates
