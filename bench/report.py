@@ -24,8 +24,9 @@ from .tables import call_cost_table, ci_statistic, markdown_table, time_split_ta
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 RESULTS_DIR = "bench/results"
-# the sweep the shipped presets come from (mulosd_core/presets.py), then the older one without recheck
-PRESET_SWEEPS = ("sweep-recheck-embedded.json", "sweep-embedded.json")
+# per family, the sweep its shipped presets come from (mulosd_core/presets.py), then older ones
+PRESET_SWEEPS = {"scenes": ("sweep-embedded-scenes.json",),
+                 "patterns": ("sweep-recheck-embedded.json", "sweep-embedded.json")}
 
 # docs/DESIGN.md section 5.7: each method's published figures, on other models, resolutions and GPUs.
 PAPER = {
@@ -78,14 +79,14 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
     lines += ["Speed-up = median AR seconds per image / median method seconds per image, measured in the same process "
               "on the same classes and seeds, methods interleaved per sample; the interval: "
               f"{ci_statistic(result)}. Share of oracle = speed-up / the speed-up of `mulo_oracle` (every draft accepted). "
-              "Accuracy: the project's pattern classifier against the requested class; FD: Frechet distance in its "
+              "Accuracy: the family's classifier against the requested class; FD: Frechet distance in its "
               "feature space against real procedural samples; NLL: mean per-token negative log-likelihood of the "
               "final grid under the target with the same CFG/temperature.", "",
               "The last column is **not comparable number for number**: the papers' figures are for LlamaGen-XL / "
               "Tar-7B / Emu3 at 512-1024 px on data-centre GPUs, a different scale and different hardware from the "
               "small models of this run.", "",
               markdown_table(result, paper=PAPER), "",
-              "Time split (seconds per image; ZipAR and SJD have no part timers, their time is under other):", "",
+              "Time split (seconds per image; ZipAR, SJD and GSD have no part timers, their time is under other):", "",
               time_split_table(result), "",
               "Cost per call (milliseconds, from the engine's timers over all runs; waves per step = island depth):",
               "", call_cost_table(result), ""]
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=None, help="compare JSON (default: cuda-embedded.json, else cpu-embedded.json, "
                                                      "else the patterns family's runs)")
     ap.add_argument("--readme", default="README.md")
-    ap.add_argument("--sweep", default=None, help="sweep JSON (default: the first of PRESET_SWEEPS present; \"\" for none)")
+    ap.add_argument("--sweep", default=None, help="sweep JSON (default: the first of the family's PRESET_SWEEPS present; \"\" for none)")
     ap.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date; write nothing")
     args = ap.parse_args(argv)
     path = args.results or default_results()
@@ -132,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(path) as f:
         result = json.load(f)
     sweep_path = args.sweep
-    if sweep_path is None:   # default: the committed sweep when present; --sweep "" for none
-        found = [d for d in (os.path.join(RESULTS_DIR, n) for n in PRESET_SWEEPS) if os.path.isfile(d)]
+    if sweep_path is None:   # default: the family's committed sweep when present; --sweep "" for none
+        names = PRESET_SWEEPS.get(result["settings"].get("family", "patterns"), ())
+        found = [d for d in (os.path.join(RESULTS_DIR, n) for n in names) if os.path.isfile(d)]
         sweep_path = found[0] if found else None
     sweep = None
     if sweep_path:
