@@ -34,7 +34,11 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path, da
         assert model.grid == stage.grid and model.num_classes == NUM_CLASSES
         card = json.loads((out / f"{stage.name}.json").read_text())
         assert card["steps"] == stage.steps and card["config"]["dim"] == stage.dim
-        assert card["pool_images"] == (stage.pool or smoke.pool)   # the drafter's is extended
+        if stage.low_share:   # a two-grid stage: the shared pool at full grid, its own (extended) at the low grid
+            assert card["pool_images"] == smoke.pool and card["low_pool_images"] == (stage.pool or smoke.pool)
+            assert card["low_batch"] == (stage.low_batch or stage.batch)
+        else:
+            assert card["pool_images"] == (stage.pool or smoke.pool)   # the drafter's is extended
         assert card["data_family"] == data
     net = load_latent_upsampler(str(out / "upsampler.safetensors"))
     card = json.loads((out / "upsampler.json").read_text())
@@ -90,12 +94,13 @@ def test_the_drafter_pool_extends_the_shared_one(tmp_path):
     assert torch.equal(smaller["low"], shared["low"][:8])
 
 
-def test_only_a_low_grid_stage_can_have_its_own_pool(tmp_path, monkeypatch):
+def test_only_low_grid_images_can_have_their_own_pool(tmp_path, monkeypatch):
+    """A full-grid stage with no low-grid steps has no low-grid images to extend."""
     import dataclasses
 
     bad = dataclasses.replace(SMOKE, gpts=[dataclasses.replace(SMOKE.gpts[0], pool=64)])
     monkeypatch.setitem(family.PRESETS["scenes"], "smoke", bad)
-    with pytest.raises(ValueError, match="stage target: only a low-grid stage can have a pool of its own"):
+    with pytest.raises(ValueError, match="stage target: only low-grid images can have a pool of their own"):
         family.train_family("smoke", str(tmp_path / "o"), str(tmp_path / "w"), "cpu", ["target"])
 
 
