@@ -136,10 +136,10 @@ def run_stage(name: str, models: Models, settings: dict[str, tuple[dict, MethodC
 
 
 def _preset_settings(family: str | None, upsampler: str = "pixel", recheck: int | None = None,
-                     recheck_scope: str | None = None) -> dict:
+                     recheck_scope: str | None = None, self_drafting: bool = False) -> dict:
     """MuLo-SD's swept settings as the presets ship them for `family` now (presets.mulo_defaults); the
     upsampler kind is a condition of the run (an option), not swept."""
-    d = P.mulo_defaults(family)
+    d = P.mulo_defaults(family, self_drafting)
     return dict(rule="mulo", tau=d.tau, k=d.k_neighbours, radius=d.expansion_radius, window=d.parallel_window,
                 rows=d.rows_per_step, upsampler=upsampler, recheck=d.recheck if recheck is None else recheck,
                 recheck_scope=recheck_scope or d.recheck_scope)
@@ -213,10 +213,13 @@ def _settings_label(c: dict) -> str:
 
 def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
           progress: bool = True, upsampler: str = "pixel", recheck: int | None = None,
-          recheck_scope: str | None = None, final_samples: int = FINAL_SAMPLES, final_top: int = FINAL_TOP) -> dict:
+          recheck_scope: str | None = None, final_samples: int = FINAL_SAMPLES, final_top: int = FINAL_TOP,
+          self_drafting: bool = False) -> dict:
     """Greedy stages at `samples` each (tau x k x l jointly, then w, rows, recheck, LANTERN's delta), then a
     final stage: the `final_top` fastest settings that qualified in any stage, at `final_samples` each against
-    their own AR runs, judged by the paired-interval rule (qualifies_paired). Its winner is the chosen default."""
+    their own AR runs, judged by the paired-interval rule (qualifies_paired). Its winner is the chosen default.
+    `self_drafting`: the target drafts for itself (drafter kind "self"); LANTERN's stage, which needs the
+    same-resolution drafter, is left out."""
     g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, rechecks=SWEPT_RECHECKS,
                                  deltas=DELTAS)
     if recheck is not None:
@@ -225,7 +228,8 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     real = real_features(models, samples)
     stages: dict[str, dict] = {}
     family = models.target.family
-    before = _preset_settings(family, upsampler, recheck, recheck_scope)
+    before = _preset_settings(family, upsampler, recheck, recheck_scope, self_drafting)
+    drafter = "self" if self_drafting else "low"
     cur = dict(before)
     kept: list[str] = []
     candidates: dict[str, dict] = {}     # label -> full settings, speed-up: every setting that qualified
@@ -234,7 +238,7 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
         settings = {}
         for o in over:
             c = {**cur, **o}
-            settings[_settings_label(c)] = (c, _mulo_at(c), "low")
+            settings[_settings_label(c)] = (c, _mulo_at(c), drafter)
         t0 = time.perf_counter()
         s = run_stage(name, models, settings, samples, batch, warmup, n_boot_fd, real, progress)
         s["seconds"] = time.perf_counter() - t0
@@ -254,19 +258,20 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     stage("rows", [dict(rows=n) for n in g["rows"]])
     stage("recheck", [dict(recheck=n) for n in g["rechecks"]])
     delta = P.LANTERN_DELTA
-    t0 = time.perf_counter()
-    lantern = run_stage("lantern", models, {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]},
-                        samples, batch, warmup, n_boot_fd, real, progress)
-    lantern["seconds"] = time.perf_counter() - t0
-    stages["lantern"] = lantern
-    best = next((r for r in lantern["rows"] if r["chosen"]), None)
-    if best:
-        delta = best["params"]["delta"]
+    if not self_drafting:
+        t0 = time.perf_counter()
+        lantern = run_stage("lantern", models, {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]},
+                            samples, batch, warmup, n_boot_fd, real, progress)
+        lantern["seconds"] = time.perf_counter() - t0
+        stages["lantern"] = lantern
+        best = next((r for r in lantern["rows"] if r["chosen"]), None)
+        if best:
+            delta = best["params"]["delta"]
     final = None
     top = sorted(candidates.items(), key=lambda kv: -kv[1]["speed"])[:final_top]
     if top:
         n = max(final_samples, samples)
-        settings = {label: (c["settings"], _mulo_at(c["settings"]), "low") for label, c in top}
+        settings = {label: (c["settings"], _mulo_at(c["settings"]), drafter) for label, c in top}
         t0 = time.perf_counter()
         final = run_stage("final", models, settings, n, batch, warmup, n_boot_fd, real_features(models, n), progress,
                           rule=qualifies_paired)
@@ -280,7 +285,7 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     grids = grid_sizes(models, c, samples, batch, warmup, n_boot_fd, progress) if grid_experiment else None
     names = {"rule": "rule", "tau": "tau", "k": "k_neighbours", "radius": "expansion_radius", "rows": "rows_per_step",
              "window": "parallel_window", "recheck": "recheck", "recheck_scope": "recheck_scope"}
-    return {"stages": stages, "grid_experiment": grids, "family": family,
+    return {"stages": stages, "grid_experiment": grids, "family": family, "self_drafting": self_drafting,
             "chosen": {names[k]: c[k] for k in names} | {"lantern_delta": delta},
             "kept_preset_value_in": kept,
             "preset_before": {names[k]: before[k] for k in names} | {"lantern_delta": P.LANTERN_DELTA}}
@@ -372,16 +377,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-<family>][-quick] (the default family adds nothing)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--self-drafting", action="store_true",
+                    help="the family's self_target drafts for itself (drafter kind self; tag ...-self): chooses "
+                         "presets.MULO_DEFAULTS['<family>/self']")
     ap.add_argument("--upsampler", default="pixel", choices=KINDS,
                     help="upsampler kind of every MuLo-SD setting (the presets ship pixel)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     kind = "grid" if args.grid_only else "recheck" if args.recheck_only else "sweep"
-    tag = args.tag or f"{kind}-{models_tag(args.models, args.family, args.quick)}"
+    if args.self_drafting and (args.grid_only or args.recheck_only):
+        ap.error("--self-drafting runs the sweep itself, not --grid-only or --recheck-only")
+    tag = args.tag or f"{kind}-{models_tag(args.models, args.family, args.quick)}" + ("-self" if args.self_drafting else "")
     samples = args.samples or (2 if args.quick else 32)
     t0 = time.perf_counter()
-    models = load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family)
+    models = load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family,
+                         target="self_target" if args.self_drafting else "target")
     if args.grid_only:
         n_boot_fd = N_BOOT_FD_QUICK if args.quick else N_BOOT_FD
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
@@ -396,13 +407,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
                           not args.no_progress, args.upsampler, args.recheck, args.recheck_scope,
-                          args.final_samples if not args.quick else max(samples, 2), args.final_top)
+                          args.final_samples if not args.quick else max(samples, 2), args.final_top,
+                          args.self_drafting)
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,
            "hardware": hardware(device), "samples": samples, "rule": RULE,
            "settings": {"models": args.models, "family": args.family, "model_info": model_info(models), "dtype": args.dtype,
-                        "batch": args.batch, "warmup": args.warmup, "upsampler": args.upsampler, "recheck": args.recheck, "recheck_scope": args.recheck_scope, "quick": args.quick, "sampling": models.sampling.to_dict(),
+                        "batch": args.batch, "warmup": args.warmup, "upsampler": args.upsampler, "self_drafting": args.self_drafting, "recheck": args.recheck, "recheck_scope": args.recheck_scope, "quick": args.quick, "sampling": models.sampling.to_dict(),
                         "grid": models.target.grid, "quality_meaningful": models.quality_meaningful,
                         "seconds": time.perf_counter() - t0},
            "sweep": res_sweep}
@@ -417,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     print("rule: " + RULE)
     if res_sweep["chosen"]:
         ch = {k: v for k, v in res_sweep["chosen"].items() if k != "lantern_delta"}
-        print(f"chosen defaults for {res_sweep.get('family')!r} (presets.MULO_DEFAULTS): MuloDefaults("
+        key = f"{res_sweep.get('family')}" + ("/self" if res_sweep.get("self_drafting") else "")
+        print(f"chosen defaults for {key!r} (presets.MULO_DEFAULTS): MuloDefaults("
               + ", ".join(f"{k}={v!r}" for k, v in ch.items()) + f", source={tag + '.md'!r})"
               + f"; LANTERN delta {res_sweep['chosen']['lantern_delta']}")
     if res_sweep["kept_preset_value_in"]:

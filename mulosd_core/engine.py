@@ -714,8 +714,8 @@ def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = No
     """
     sampling = model_sampling(target, sampling)
     if method is None:
-        from .presets import model_family, mulo_islands  # presets imports this module
-        method = mulo_islands(model_family(target))
+        from .presets import drafts_for_itself, model_family, mulo_islands  # presets imports this module
+        method = mulo_islands(model_family(target), self_drafting=drafts_for_itself(target, drafter))
     check_run(target, cond, method, drafter, mask)
     batch = len(cond)
     used_drafter = drafter if method.method == "speculative" else None

@@ -60,17 +60,25 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
 PAPER = "paper"
 
 
-def mulo_defaults(family: str | None = None) -> MuloDefaults:
+def mulo_defaults(family: str | None = None, self_drafting: bool = False) -> MuloDefaults:
     """The shipped settings of an embedded family by name (its card's data_family); anything else, a real
-    LlamaGen or Janus-Pro model included (family None), gets the paper's."""
+    LlamaGen or Janus-Pro model included (family None), gets the paper's. `self_drafting` (the target drafts
+    for itself): the family's "<family>/self" entry where the sweep chose one, else the family's."""
     if family is None:
         return MULO_DEFAULTS[PAPER]
+    if self_drafting and f"{family}/self" in MULO_DEFAULTS:
+        return MULO_DEFAULTS[f"{family}/self"]
     return MULO_DEFAULTS.get(family, MULO_DEFAULTS[PAPER])
 
 
 def model_family(model) -> str | None:
     """The embedded family a model belongs to (from its card), None for real models."""
     return getattr(model, "family", None)
+
+
+def drafts_for_itself(target, drafter) -> bool:
+    """Whether `drafter` is `target` at a lower grid (models.llamagen.self_drafter): the same weights module."""
+    return drafter is not None and drafter.weights_module() is target.weights_module()
 
 
 # The default embedded family's settings under their old names (the nodes' widget defaults, the sweep).
@@ -85,19 +93,19 @@ SJD_WINDOW = 16       # SJD and GSD: tokens drafted and verified per Jacobi iter
 LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for the embedded 1024 (verify.lantern_neighbours)
 
 
-def mulo_verifier(family: str | None = "scenes", **kw) -> VerifierConfig:
+def mulo_verifier(family: str | None = "scenes", *, self_drafting: bool = False, **kw) -> VerifierConfig:
     """The Local Verifier with a family's shipped settings (mulo_defaults), `kw` overriding."""
-    d = mulo_defaults(family)
+    d = mulo_defaults(family, self_drafting)
     base = dict(rule=d.rule, tau=d.tau, k_neighbours=d.k_neighbours, expansion_radius=d.expansion_radius,
                 rejection="local", resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope)
     base.update(kw)
     return VerifierConfig(**base)
 
 
-def mulo_islands(family: str | None = "scenes", **kw) -> MethodConfig:
+def mulo_islands(family: str | None = "scenes", *, self_drafting: bool = False, **kw) -> MethodConfig:
     """MuLo-SD as shipped for a family: islands resampling + ZipAR-style parallel drafting, pixel upsampler."""
-    d = mulo_defaults(family)
-    return MethodConfig(verifier=mulo_verifier(family, **kw), upsampler=UpsamplerConfig(),
+    d = mulo_defaults(family, self_drafting)
+    return MethodConfig(verifier=mulo_verifier(family, self_drafting=self_drafting, **kw), upsampler=UpsamplerConfig(),
                         rows_per_step=d.rows_per_step, parallel_window=d.parallel_window)
 
 
@@ -132,6 +140,7 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_learned": (replace(mi, upsampler=UpsamplerConfig(kind="learned")), "low"),
         "mulo_oracle": (replace(mi, oracle=True), "low"),
         # self-drafting: the target drafts for itself at the drafter's grid (LlamaGenModel.at_grid)
-        "mulo_self": (mi, "self"),
+        "mulo_self": (mulo_islands(family, self_drafting=True), "self"),   # the family's self-drafting settings
+        "mulo_self_pair_defaults": (mi, "self"),                            # the two-model pair's settings
         "mulo_self_paper": (mulo_islands(PAPER), "self"),
     }

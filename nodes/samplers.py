@@ -183,7 +183,9 @@ class MuLoSDSampler(io.ComfyNode):
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
         low = drafter.model.grid < target.model.grid   # a low-resolution drafter; generate checks the pair itself
         family = presets.model_family(target.model)
-        method = MethodConfig(verifier=verifier or presets.mulo_verifier(family), upsampler=upsampler or UpsamplerConfig(),
+        own = presets.drafts_for_itself(target.model, drafter.model)
+        method = MethodConfig(verifier=verifier or presets.mulo_verifier(family, self_drafting=own),
+                              upsampler=upsampler or UpsamplerConfig(),
                               rows_per_step=rows_per_step, parallel_window=parallel_window if low else 0,
                               draft_len=0 if low else draft_length)
         info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name,

@@ -29,6 +29,20 @@ def test_quick_sweep_writes_every_stage(tmp_path):
             assert (tmp_path / f"sweep-tiny-quick-pareto-{stage}-{metric}.png").stat().st_size > 1000
 
 
+def test_self_drafting_sweep_runs_the_target_as_its_own_drafter(tmp_path, monkeypatch):
+    """--self-drafting: every MuLo-SD setting drafts with the target at the low grid; no LANTERN stage (it
+    needs the same-resolution drafter); the tag says -self."""
+    from bench.models import Models
+
+    kinds, drafter_for = set(), Models.drafter_for
+    monkeypatch.setattr(Models, "drafter_for", lambda self, kind: kinds.add(kind) or drafter_for(self, kind))
+    assert S.main(["--quick", "--self-drafting", "--models", "tiny", "--out", str(tmp_path), "--no-progress"]) == 0
+    res = json.loads((tmp_path / "sweep-tiny-quick-self.json").read_text())
+    assert res["sweep"]["self_drafting"] and res["settings"]["self_drafting"]
+    assert "lantern" not in res["sweep"]["stages"] and "tau_k_l" in res["sweep"]["stages"]
+    assert kinds == {None, "self"}     # AR and the target drafting for itself, nothing else
+
+
 def test_final_rule_judges_the_interval_not_the_point_estimate():
     ar = {"accuracy": 0.9, "fd": 10.0}
     row = {"accuracy": 0.9, "fd": 10.0, "vs_ar": {"accuracy_delta": 0.0, "accuracy_delta_ci": [-0.05, 0.05]}}

@@ -71,3 +71,37 @@ def test_bare_configs_default_to_the_papers_verifier():
     assert asdict(bare.verifier) == asdict(paper.verifier)
     assert (bare.rows_per_step, bare.upsampler) == (paper.rows_per_step, paper.upsampler)
     assert (bare.parallel_window, paper.parallel_window) == (0, presets.MULO_DEFAULTS[presets.PAPER].parallel_window)
+
+
+def test_self_drafting_takes_the_familys_self_entry_where_there_is_one(monkeypatch):
+    """MULO_DEFAULTS['<family>/self'] when the target drafts for itself, else the family's own settings."""
+    assert presets.mulo_defaults("patterns", self_drafting=True) == presets.mulo_defaults("patterns")
+    assert presets.mulo_defaults(None, self_drafting=True) == presets.MULO_DEFAULTS[presets.PAPER]
+    own = presets.MuloDefaults(tau=0.2, k_neighbours=4, expansion_radius=0, rows_per_step=8, parallel_window=3,
+                               recheck=0, recheck_scope="drafts", source="test")
+    monkeypatch.setitem(presets.MULO_DEFAULTS, "patterns/self", own)
+    assert presets.mulo_defaults("patterns", self_drafting=True) is own
+    m = presets.mulo_islands("patterns", self_drafting=True)
+    assert (m.verifier.tau, m.verifier.k_neighbours, m.parallel_window) == (0.2, 4, 3)
+    assert presets.method_presets("patterns")["mulo_self"][0] == m
+    assert presets.method_presets("patterns")["mulo_self_pair_defaults"][0] == presets.mulo_islands("patterns")
+
+
+def test_generate_without_a_method_knows_a_self_drafter(monkeypatch):
+    from mulosd_core.models.llamagen import self_drafter
+
+    vq = tiny_vq(0, 16)
+    target, other = tiny_model(4, 1, vq=vq, dim=16), tiny_model(2, 3, vq=vq, dim=16)
+    own = self_drafter(target, 2)
+    assert presets.drafts_for_itself(target, own) and not presets.drafts_for_itself(target, other)
+    assert not presets.drafts_for_itself(target, None)
+    asked, real = [], presets.mulo_islands
+
+    def recording(family=None, **kw):
+        asked.append(kw.get("self_drafting"))
+        return real(family, **kw)
+
+    monkeypatch.setattr(presets, "mulo_islands", recording)
+    for drafter in (own, other):
+        engine.generate(target, torch.tensor([1]), drafter=drafter, seed=0, decode=False)
+    assert asked == [True, False]
