@@ -158,16 +158,16 @@ class Graph:
 LOADER = dict(image_size=0, device="auto", dtype="float32", weights="auto")
 
 
-def verifier_widgets(family: str | None) -> dict:
+def verifier_widgets(family: str | None, self_drafting: bool = False) -> dict:
     """The Local Verifier at a family's shipped settings (None: the paper's, for LlamaGen and Janus-Pro)."""
-    v = presets.mulo_verifier(family)
+    v = presets.mulo_verifier(family, self_drafting=self_drafting)
     return dict(rule=v.rule, tau=v.tau, k_neighbours=v.k_neighbours, expansion_radius=v.expansion_radius,
                 rejection=v.rejection, resampling=v.resampling, lantern_delta=presets.LANTERN_DELTA, recheck=v.recheck,
                 recheck_scope=v.recheck_scope)
 
 
-def drafting_widgets(family: str | None) -> dict:
-    d = presets.mulo_defaults(family)
+def drafting_widgets(family: str | None, self_drafting: bool = False) -> dict:
+    d = presets.mulo_defaults(family, self_drafting)
     return dict(parallel_window=d.parallel_window, rows_per_step=d.rows_per_step, draft_length=presets.SD_DRAFT_LEN)
 
 
@@ -191,6 +191,23 @@ def embedded_vs_ar() -> Graph:
     common = dict(class_id=2, seed=0, **EMBEDDED_SAMPLING)
     mulo = g.add("MuLoSDSampler", (360, 0), drafter=drafter[0], target=target[0], upsampler=up[0], verifier=ver[0],
                  **common, **MULO, batch_size=4)
+    ar = g.add("MuLoSDARSampler", (360, 560), target=target[0], **common, batch_size=4, mode="ar", zipar_window=8, sjd_window=16)
+    outputs(g, mulo, 720, 0, "mulo")
+    outputs(g, ar, 720, 560, "ar", maps=False)
+    return g
+
+
+def self_drafting() -> Graph:
+    g = Graph("mulosd_self_drafting", "Self-drafting: the embedded self_target drafts for itself at 8 x 8 tokens "
+                                      "(Self Drafter: no second file is loaded and no weights are added), beside plain "
+                                      "AR on the same model, same class and seed.")
+    target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/self_target.safetensors", vq_name="auto", **LOADER)
+    drafter = g.add("MuLoSDSelfDrafter", (0, 260), target=target[0], ratio=2)
+    up = g.add("MuLoSDUpsampler", (0, 420), kind="pixel", ratio=0, filter="bicubic")
+    ver = g.add("MuLoSDLocalVerifier", (0, 600), **verifier_widgets("scenes", self_drafting=True))
+    common = dict(class_id=5, seed=0, **EMBEDDED_SAMPLING)
+    mulo = g.add("MuLoSDSampler", (360, 0), drafter=drafter[0], target=target[0], upsampler=up[0], verifier=ver[0],
+                 **common, **drafting_widgets("scenes", self_drafting=True), batch_size=4)
     ar = g.add("MuLoSDARSampler", (360, 560), target=target[0], **common, batch_size=4, mode="ar", zipar_window=8, sjd_window=16)
     outputs(g, mulo, 720, 0, "mulo")
     outputs(g, ar, 720, 560, "ar", maps=False)
@@ -264,6 +281,7 @@ def graphs() -> list[Graph]:
     return [
         embedded_vs_ar(),
         ablation(),
+        self_drafting(),
         llamagen("llamagen_t2i_256_to_512", "LlamaGen t2i XL: the 256 px stage-1 model drafts for the 512 px stage-2 model "
                  "(r = 2) over vq_ds16_t2i.pt, all three in ComfyUI/models/mulosd. The prompt is encoded by FLAN-T5-XL "
                  "(the google/flan-t5-xl folder in ComfyUI/models/text_encoders/flan-t5-xl), which waits on the CPU "

@@ -86,7 +86,7 @@ def test_ui_workflow_converts_to_its_api_twin(object_info, name):
 
 
 def test_embedded_workflows_are_runnable_here():
-    assert {"mulosd_embedded_vs_ar", "mulosd_ablation"} <= set(RUNNABLE)
+    assert {"mulosd_embedded_vs_ar", "mulosd_ablation", "mulosd_self_drafting"} <= set(RUNNABLE)
 
 
 # ------------------------------------------------------------------------------ runs
