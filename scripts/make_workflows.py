@@ -186,11 +186,17 @@ def embedded_vs_ar() -> Graph:
     g = Graph("mulosd_embedded_vs_ar", "MuLo-SD and plain AR on the embedded models, same class and seed.")
     target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/target.safetensors", vq_name="auto", **LOADER)
     drafter = g.add("MuLoSDLoadDrafter", (0, 260), model_name="embedded/drafter.safetensors", vq_name="auto", **LOADER)
-    up = g.add("MuLoSDUpsampler", (0, 520), kind="pixel", ratio=0, filter="bicubic")
-    ver = g.add("MuLoSDLocalVerifier", (0, 700), **VERIFIER)
-    common = dict(class_id=2, seed=0, **EMBEDDED_SAMPLING)
+    return beside_ar(g, target, drafter, 520, VERIFIER, MULO, class_id=2)
+
+
+def beside_ar(g: Graph, target: Node, drafter: Node, up_y: int, verifier: dict, drafting: dict, class_id: int) -> Graph:
+    """An upsampler and a Local Verifier below the loaders at `up_y`, MuLo-SD and AR on the same class and seed
+    (batch 4), and the outputs of both."""
+    up = g.add("MuLoSDUpsampler", (0, up_y), kind="pixel", ratio=0, filter="bicubic")
+    ver = g.add("MuLoSDLocalVerifier", (0, up_y + 180), **verifier)
+    common = dict(class_id=class_id, seed=0, **EMBEDDED_SAMPLING)
     mulo = g.add("MuLoSDSampler", (360, 0), drafter=drafter[0], target=target[0], upsampler=up[0], verifier=ver[0],
-                 **common, **MULO, batch_size=4)
+                 **common, **drafting, batch_size=4)
     ar = g.add("MuLoSDARSampler", (360, 560), target=target[0], **common, batch_size=4, mode="ar", zipar_window=8, sjd_window=16)
     outputs(g, mulo, 720, 0, "mulo")
     outputs(g, ar, 720, 560, "ar", maps=False)
@@ -203,15 +209,8 @@ def self_drafting() -> Graph:
                                       "AR on the same model, same class and seed.")
     target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/self_target.safetensors", vq_name="auto", **LOADER)
     drafter = g.add("MuLoSDSelfDrafter", (0, 260), target=target[0], ratio=2)
-    up = g.add("MuLoSDUpsampler", (0, 420), kind="pixel", ratio=0, filter="bicubic")
-    ver = g.add("MuLoSDLocalVerifier", (0, 600), **verifier_widgets("scenes", self_drafting=True))
-    common = dict(class_id=5, seed=0, **EMBEDDED_SAMPLING)
-    mulo = g.add("MuLoSDSampler", (360, 0), drafter=drafter[0], target=target[0], upsampler=up[0], verifier=ver[0],
-                 **common, **drafting_widgets("scenes", self_drafting=True), batch_size=4)
-    ar = g.add("MuLoSDARSampler", (360, 560), target=target[0], **common, batch_size=4, mode="ar", zipar_window=8, sjd_window=16)
-    outputs(g, mulo, 720, 0, "mulo")
-    outputs(g, ar, 720, 560, "ar", maps=False)
-    return g
+    return beside_ar(g, target, drafter, 420, verifier_widgets("scenes", self_drafting=True),
+                     drafting_widgets("scenes", self_drafting=True), class_id=5)
 
 
 def ablation() -> Graph:
