@@ -82,6 +82,12 @@ def iqr(values: Any) -> tuple[float, float, float]:
     return float(q75 - q25), float(q25), float(q75)
 
 
+# What the FD column's bracket is (fd_with_ci), said wherever the column is shown.
+FD_INTERVAL_NOTE = ("FD's bracket is a percentile bootstrap over images drawn with replacement: duplicated images "
+                    "raise FD, so the bracket sits above the point estimate and shows the spread, not an interval "
+                    "around it; compare FDs by their point estimates at equal sample counts.")
+
+
 def fd_with_ci(gen: np.ndarray, real: np.ndarray, n_boot: int = N_BOOT_FD) -> tuple[float | None, list[float] | None]:
     if len(gen) < 2 or len(real) < 2:
         return None, None

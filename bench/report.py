@@ -20,6 +20,7 @@ import os
 import re
 import sys
 
+from .quality import FD_INTERVAL_NOTE
 from .tables import call_cost_table, ci_statistic, markdown_table, time_split_table
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -81,7 +82,7 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
               f"{ci_statistic(result)}. Share of oracle = speed-up / the speed-up of `mulo_oracle` (every draft accepted). "
               "Accuracy: the family's classifier against the requested class; FD: Frechet distance in its "
               "feature space against real procedural samples; NLL: mean per-token negative log-likelihood of the "
-              "final grid under the target with the same CFG/temperature.", "",
+              f"final grid under the target with the same CFG/temperature. {FD_INTERVAL_NOTE}", "",
               "The last column is **not comparable number for number**: the papers' figures are for LlamaGen-XL / "
               "Tar-7B / Emu3 at 512-1024 px on data-centre GPUs, a different scale and different hardware from the "
               "small models of this run.", "",

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from .methods import GRID_METHOD, TIME_PARTS
+from .quality import FD_INTERVAL_NOTE
 
 
 def ci_statistic(result: dict) -> str:
@@ -92,7 +93,7 @@ def markdown(result: dict) -> str:
     out += ["Speed-up = median AR s/image / median method s/image (same process, same seeds); CI: "
             f"{ci_statistic(result)}. Share of oracle = speed-up / mulo_oracle's speed-up. Counters are per "
             "generate call (per image at batch 1). FD in classifier features against real samples; NLL = mean "
-            "per-token -log p under the target with the sampling's CFG/temperature.", "",
+            f"per-token -log p under the target with the sampling's CFG/temperature. {FD_INTERVAL_NOTE}", "",
             markdown_table(result), "", "## Time split (seconds per image)", "",
             "ZipAR, SJD and GSD have no part timers in the engine: their time is under other.", "",
             time_split_table(result), "", "## Cost per call", "", call_cost_table(result), ""]
