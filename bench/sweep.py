@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     print("rule: " + RULE)
     if res_sweep["chosen"]:
         ch = {k: v for k, v in res_sweep["chosen"].items() if k != "lantern_delta"}
-        key = f"{res_sweep.get('family')}" + ("/self" if res_sweep.get("self_drafting") else "")
+        key = P.defaults_key(res_sweep.get("family"), res_sweep.get("self_drafting", False))
         print(f"chosen defaults for {key!r} (presets.MULO_DEFAULTS): MuloDefaults("
               + ", ".join(f"{k}={v!r}" for k, v in ch.items()) + f", source={tag + '.md'!r})"
               + f"; LANTERN delta {res_sweep['chosen']['lantern_delta']}")

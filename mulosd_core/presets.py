@@ -67,14 +67,19 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
 PAPER = "paper"
 
 
+def defaults_key(family: str | None, self_drafting: bool = False) -> str:
+    """The MULO_DEFAULTS entry the sweep chooses for `family` ("<family>/self" when the target drafts for itself)."""
+    return f"{family}/self" if self_drafting else f"{family}"
+
+
 def mulo_defaults(family: str | None = None, self_drafting: bool = False) -> MuloDefaults:
     """The shipped settings of an embedded family by name (its card's data_family); anything else, a real
     LlamaGen or Janus-Pro model included (family None), gets the paper's. `self_drafting` (the target drafts
     for itself): the family's "<family>/self" entry where the sweep chose one, else the family's."""
     if family is None:
         return MULO_DEFAULTS[PAPER]
-    if self_drafting and f"{family}/self" in MULO_DEFAULTS:
-        return MULO_DEFAULTS[f"{family}/self"]
+    if self_drafting and defaults_key(family, True) in MULO_DEFAULTS:
+        return MULO_DEFAULTS[defaults_key(family, True)]
     return MULO_DEFAULTS.get(family, MULO_DEFAULTS[PAPER])
 
 

@@ -51,6 +51,11 @@ class GPTStage:
     low_share: float = 0.0   # share of steps at half the grid (the pool's low tokens): a target that can draft for itself
     low_batch: int = 0       # images per step at half the grid (0 = batch); 4 x batch feeds as many tokens as a full step
 
+    @property
+    def low_grid_batch(self) -> int:
+        """Images per step at half the grid."""
+        return self.low_batch or self.batch
+
 
 @dataclass
 class Preset:
@@ -365,7 +370,7 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
         gen = torch.Generator().manual_seed(DATA_SEED * 7 + step)
         low = stage.low_share > 0 and torch.rand((), generator=gen).item() < stage.low_share
         source, grid = (pool["low"], stage.grid // 2) if low else (tokens, stage.grid)
-        batch = (stage.low_batch or stage.batch) if low else stage.batch
+        batch = stage.low_grid_batch if low else stage.batch
         idx = torch.randint(0, source.shape[0], (batch,), generator=gen)
         x = source[idx].long().to(device)
         y = pool["labels"][idx].clone()
@@ -384,7 +389,7 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
     meta = {"mulosd_config": {**cfg.to_dict(), "image_size": stage.grid * 4}, "kind": "gpt"}
     save_safetensors({k: v.half() for k, v in model.state_dict().items()}, str(out / f"{stage.name}.safetensors"), meta)
     write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
-                                  "steps": stage.steps, "batch": stage.batch, "low_share": stage.low_share, "low_batch": stage.low_batch or stage.batch, "final_loss": loss_ema, "data_seed": DATA_SEED,
+                                  "steps": stage.steps, "batch": stage.batch, "low_share": stage.low_share, "low_batch": stage.low_grid_batch, "final_loss": loss_ema, "data_seed": DATA_SEED,
                                   "data_family": p.data, "data_variation": p.family.gpt_variation, "pool_images": int(tokens.shape[0]),
                                   **({"low_pool_images": int(pool["low"].shape[0])} if stage.low_share else {}),
                                   "params": sum(t.numel() for t in model.parameters()), "reproduce": reproduce_command()})

@@ -36,7 +36,7 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path, da
         assert card["steps"] == stage.steps and card["config"]["dim"] == stage.dim
         if stage.low_share:   # a two-grid stage: the shared pool at full grid, its own (extended) at the low grid
             assert card["pool_images"] == smoke.pool and card["low_pool_images"] == (stage.pool or smoke.pool)
-            assert card["low_batch"] == (stage.low_batch or stage.batch)
+            assert card["low_batch"] == stage.low_grid_batch == (stage.low_batch or stage.batch)
         else:
             assert card["pool_images"] == (stage.pool or smoke.pool)   # the drafter's is extended
         assert card["data_family"] == data
