@@ -308,14 +308,21 @@ class MuLoSDSelfDrafter(io.ComfyNode):
                 io.Int.Input("ratio", default=2, min=2, max=8,
                              tooltip="The drafter's grid is the target's divided by this (2: a 16 x 16 target drafts "
                                      "at 8 x 8); it must divide the target's grid."),
+                io.Int.Input("layers", default=0, min=0, max=128, optional=True,
+                             tooltip="Blocks the drafter runs before the target's head (an early exit). 0: what the "
+                                     "checkpoint records for this grid (embedded/self_target: 4 of its 8), else all "
+                                     "of them."),
             ],
             outputs=[MulosdModel.Output("drafter", display_name="drafter",
                                         tooltip="The target at the lower grid, for the MuLo-SD Sampler's drafter input.")],
         )
 
     @classmethod
-    def execute(cls, target: ModelHandle, ratio: int = 2) -> io.NodeOutput:
-        model = self_drafter(target.model, ratio)
+    def execute(cls, target: ModelHandle, ratio: int = 2, layers: int = 0) -> io.NodeOutput:
+        model = self_drafter(target.model, ratio, layers or None)
+        n_layer = model.gpt.config.n_layer
+        depth = f"{model.exit_layers} of {n_layer} blocks" if model.exit_layers else f"all {n_layer} blocks"
         handle = ModelHandle(model, f"{target.name} @ {model.grid} x {model.grid} (self)", target.path, target.vq_path)
-        text = f"{handle.name}: no second file loaded; the target's own weights at a {model.grid} x {model.grid} grid"
+        text = (f"{handle.name}: no second file loaded; the target's own weights at a {model.grid} x {model.grid} "
+                f"grid, {depth}")
         return io.NodeOutput(handle, ui={"text": [text]})

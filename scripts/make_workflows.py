@@ -208,7 +208,7 @@ def self_drafting() -> Graph:
                                       "(Self Drafter: no second file is loaded and no weights are added), beside plain "
                                       "AR on the same model, same class and seed.")
     target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/self_target.safetensors", vq_name="auto", **LOADER)
-    drafter = g.add("MuLoSDSelfDrafter", (0, 260), target=target[0], ratio=2)
+    drafter = g.add("MuLoSDSelfDrafter", (0, 260), target=target[0], ratio=2, layers=0)
     return beside_ar(g, target, drafter, 420, verifier_widgets("scenes", self_drafting=True),
                      drafting_widgets("scenes", self_drafting=True), class_id=5)
 

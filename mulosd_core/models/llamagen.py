@@ -34,16 +34,25 @@ class LlamaGenModel:
         self.family: Optional[str] = None   # the embedded family its card names (presets.mulo_defaults); None: real
         self.default_sampling: Optional[SamplingConfig] = None   # set by registry.load_model from the card
         self.streamer = None                 # offload.stream_weights sets it while the GPT's blocks stream
+        self.exit_layers: Optional[int] = None   # blocks run before the head (an early-exit view); None: all
+        # how the checkpoint was trained to draft for itself, (grid, blocks), from its metadata
+        # (registry.SELF_DRAFT_META_KEY); None: not recorded (any released LlamaGen checkpoint)
+        self.self_draft: Optional[tuple[int, int]] = None
         self._codebook_id: Optional[str] = None
 
-    def at_grid(self, grid: int, name: Optional[str] = None) -> "LlamaGenModel":
+    def at_grid(self, grid: int, name: Optional[str] = None, layers: Optional[int] = None) -> "LlamaGenModel":
         """The same weights run at another token grid (2D RoPE over the grid makes that possible): the
-        self-drafter of MuLo-SD, the target at 1/r of its grid. No weights are copied; each view gets its
-        own KV cache from the engine. Quality at a grid the model was not trained at is not guaranteed."""
+        self-drafter of MuLo-SD, the target at 1/r of its grid, optionally exiting after its first `layers`
+        blocks (shared final norm and head). No weights are copied; each view gets its own KV cache from the
+        engine (of `layers` blocks). Quality at a grid or exit the model was not trained for is not guaranteed."""
         if grid < 1:
             raise ValueError(f"grid: expected a positive token grid, got {grid}")
+        n_layer = self.gpt.config.n_layer
+        if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n_layer):
+            raise ValueError(f"layers: expected a whole number of blocks from 1 to {n_layer} (None: all), got {layers!r}")
         view = LlamaGenModel(self.gpt, self.vq, grid * self.vq.downsample, name=name or f"{self.name}@{grid}")
         view.family, view._codebook_id, view.streamer = self.family, self._codebook_id, self.streamer
+        view.exit_layers, view.self_draft = (None if layers == n_layer else layers), self.self_draft
         for attr in ("default_sampling", "sampling_source"):
             if hasattr(self, attr):
                 setattr(view, attr, getattr(self, attr))
@@ -89,15 +98,16 @@ class LlamaGenModel:
 
     # -- forward --------------------------------------------------------------------------
     def new_cache(self, rows: int) -> KVCache:
-        return self.gpt.new_cache(rows, self.num_tokens)
+        return self.gpt.new_cache(rows, self.num_tokens, layers=self.exit_layers)
 
     def cache_bytes(self, rows: int) -> int:
-        return self.gpt.cache_bytes(rows, self.num_tokens)
+        return self.gpt.cache_bytes(rows, self.num_tokens, layers=self.exit_layers)
 
     def prefill(self, cond: ConditionRows, cache: KVCache) -> torch.Tensor:
         """Logits [R, V] for image token 0 (from the last condition position)."""
         positions = torch.arange(self.cond_len, device=self.device)
-        logits = self.gpt.forward_embeddings(cond.embeddings, positions, self.grid, cache, cond.key_valid)
+        logits = self.gpt.forward_embeddings(cond.embeddings, positions, self.grid, cache, cond.key_valid,
+                                             layers=self.exit_layers)
         return logits[:, -1]
 
     def forward_tokens(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
@@ -108,7 +118,7 @@ class LlamaGenModel:
         """
         slots = positions if fed_at is None else fed_at
         h = self.gpt.tok_embeddings(tokens)
-        return self.gpt.forward_embeddings(h, slots + self.cond_len, self.grid, cache)
+        return self.gpt.forward_embeddings(h, slots + self.cond_len, self.grid, cache, layers=self.exit_layers)
 
     def format_prompt(self, prompt: str) -> list[int]:
         raise ValueError(f"prompt: {self.name} is a LlamaGen {self.model_type} model and takes "
@@ -172,21 +182,33 @@ class LlamaGenModel:
         else:
             kind, cond = "text-to-image (t2i)", f"{self.cond_len} caption tokens of width {cfg.caption_dim} (T5 features)"
         vq = f"VQ {tokenizer} " if tokenizer else "VQ "
-        return (f"LlamaGen {kind} GPT {cfg.name} ({cfg.n_layer} layers x {cfg.dim}), {self.image_size} px, grid "
+        depth = f"{cfg.n_layer} layers" if self.exit_layers is None else f"first {self.exit_layers} of {cfg.n_layer} layers"
+        return (f"LlamaGen {kind} GPT {cfg.name} ({depth} x {cfg.dim}), {self.image_size} px, grid "
                 f"{self.grid}x{self.grid}, {cond}; {vq}(codebook {self.vocab_size}, {self.vq.downsample}x downsampling); "
                 f"{str(self.dtype).replace('torch.', '')} on {self.device}")
 
 
-def self_drafter(target, ratio: int = 2) -> LlamaGenModel:
+def self_drafter(target, ratio: Optional[int] = None, layers: Optional[int] = None) -> LlamaGenModel:
     """MuLo-SD's drafter as the target itself at 1/`ratio` of its grid: the same weights in memory, its own
     KV cache (LlamaGenModel.at_grid). Any LlamaGen-format target can do it; whether its drafts are good
     depends on training at that grid too (the embedded family's self_target is; released weights are not
-    known to be; docs/DESIGN.md section 3.4)."""
+    known to be; docs/DESIGN.md section 3.4).
+
+    `ratio` None: the grid the checkpoint was trained to draft at (`target.self_draft`), else 2. `layers`
+    None: the early exit it was trained for at that grid, else all blocks; a number overrides it."""
     if not isinstance(target, LlamaGenModel):
         raise ValueError(f"self-drafting needs a LlamaGen-format target (its 2D RoPE runs at a smaller grid); "
                          f"got {getattr(target, 'name', type(target).__name__)!r}, a {getattr(target, 'model_type', '?')} model")
+    trained = target.self_draft
+    if ratio is None:
+        ratio = target.grid // trained[0] if trained and trained[0] and target.grid % trained[0] == 0 else 2
     if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 2:
         raise ValueError(f"ratio: expected a whole number >= 2 (the drafter's grid is the target's / ratio), got {ratio!r}")
     if target.grid % ratio:
         raise ValueError(f"ratio: the target's grid {target.grid} is not divisible by {ratio}; choose a divisor of it")
-    return target.at_grid(target.grid // ratio, name=f"{target.name}@{target.grid // ratio} (self)")
+    grid = target.grid // ratio
+    if layers is None and trained and trained[0] == grid:
+        layers = trained[1]
+    n_layer = target.gpt.config.n_layer
+    depth = "" if layers is None or layers == n_layer else f", {layers} of {n_layer} blocks"
+    return target.at_grid(grid, name=f"{target.name}@{grid} (self{depth})", layers=layers)

@@ -227,8 +227,11 @@ class LlamaGenGPT(nn.Module):
     # -- forward ---------------------------------------------------------------------------
     def forward_embeddings(self, h: torch.Tensor, positions: torch.Tensor, grid: int,
                            cache: Optional[KVCache] = None, key_valid: Optional[torch.Tensor] = None,
-                           attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+                           attn_mask: Optional[torch.Tensor] = None, layers: Optional[int] = None) -> torch.Tensor:
         """Run the blocks on embeddings h [B, S, dim] at sequence positions [S]; return float32 logits [B, S, V].
+
+        `layers` runs only the first blocks before the final norm and head (an early exit: the self-drafter
+        of a target trained to exit there at the low grid, GPTStage.low_layers); None runs them all.
 
         Without a cache, h must be the full sequence from position 0 (training path, causal mask, or
         `attn_mask` [B, 1, S, S] when given). With a cache, keys/values are written at `positions` and
@@ -239,13 +242,13 @@ class LlamaGenGPT(nn.Module):
         if cache is not None:
             cache.mark(positions, key_valid)
             mask = cache.attention_mask(positions)[: h.shape[0]]
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers[:layers]):
             kv = (cache.k[i], cache.v[i]) if cache is not None else None
             h = layer(h, rope, mask, kv, positions)
         return self.output(self.norm(h)).float()
 
     def forward(self, tokens: torch.Tensor, cond: torch.Tensor, grid: int,
-                cond_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+                cond_mask: Optional[torch.Tensor] = None, layers: Optional[int] = None) -> torch.Tensor:
         """Teacher-forced full sequence: logits [B, N, V] where logits[:, n] predicts image token n.
 
         `cond_mask` [B, cls_token_num] (t2i, left-padded captions) hides padded caption keys from every
@@ -261,15 +264,16 @@ class LlamaGenGPT(nn.Module):
             causal = positions[None, :] <= positions[:, None]
             own = positions[None, :] == positions[:, None]
             mask = (causal[None] & (valid[:, None, :] | own[None]))[:, None]
-        return self.forward_embeddings(h, positions, grid, attn_mask=mask)[:, self.cond_len - 1:]
+        return self.forward_embeddings(h, positions, grid, attn_mask=mask, layers=layers)[:, self.cond_len - 1:]
 
-    def new_cache(self, batch: int, num_tokens: int, device=None, dtype=None) -> KVCache:
-        """Cache for `batch` rows (2B with CFG) and the whole sequence, rounded up to 8 as upstream."""
+    def new_cache(self, batch: int, num_tokens: int, device=None, dtype=None, layers: Optional[int] = None) -> KVCache:
+        """Cache for `batch` rows (2B with CFG) and the whole sequence, rounded up to 8 as upstream; for the
+        first `layers` blocks only when the model exits early (None: all)."""
         w = self.output.weight
-        return KVCache(self.config.n_layer, batch, self.config.kv_heads, round_up(self.cond_len + num_tokens, 8),
+        return KVCache(layers or self.config.n_layer, batch, self.config.kv_heads, round_up(self.cond_len + num_tokens, 8),
                        self.config.head_dim, dtype or w.dtype, device or w.device)
 
-    def cache_bytes(self, batch: int, num_tokens: int) -> int:
-        """Bytes `new_cache(batch, num_tokens)` allocates (for memory estimates before a run)."""
-        return KVCache.bytes_for(self.config.n_layer, batch, self.config.kv_heads, round_up(self.cond_len + num_tokens, 8),
-                                 self.config.head_dim, self.output.weight.dtype)
+    def cache_bytes(self, batch: int, num_tokens: int, layers: Optional[int] = None) -> int:
+        """Bytes `new_cache(batch, num_tokens, layers=layers)` allocates (for memory estimates before a run)."""
+        return KVCache.bytes_for(layers or self.config.n_layer, batch, self.config.kv_heads,
+                                 round_up(self.cond_len + num_tokens, 8), self.config.head_dim, self.output.weight.dtype)

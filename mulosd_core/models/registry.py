@@ -248,6 +248,30 @@ def card_sampling(gpt_path: str) -> tuple[Optional[SamplingConfig], str]:
     return None, ""
 
 
+# A checkpoint trained to draft for itself (train.family's low_share, with low_layers for an early exit)
+# records how in its safetensors metadata: {"grid": the low grid, "layers": the blocks it exits after}.
+# models.llamagen.self_drafter follows it; checkpoints without it self-draft at half the grid, all blocks.
+SELF_DRAFT_META_KEY = "mulosd_self_draft"
+
+
+def stored_self_draft(gpt_path: str, n_layer: int) -> Optional[tuple[int, int]]:
+    """(grid, blocks) a GPT file records for drafting for itself, None when it records nothing."""
+    if not gpt_path.endswith(".safetensors"):
+        return None
+    _, meta = read_safetensors_meta(gpt_path)
+    if SELF_DRAFT_META_KEY not in meta:
+        return None
+    where = f"{gpt_path} (metadata {SELF_DRAFT_META_KEY})"
+    try:
+        raw = json.loads(meta[SELF_DRAFT_META_KEY])
+        grid, layers = int(raw["grid"]), int(raw["layers"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: expected an object with whole numbers grid and layers ({type(e).__name__}: {e})") from None
+    if grid < 1 or not 1 <= layers <= n_layer:
+        raise CheckpointError(f"{where}: grid must be >= 1 and layers 1..{n_layer}, got grid {grid}, layers {layers}")
+    return grid, layers
+
+
 def family_card(folder: str) -> tuple[dict, str]:
     """The family card (family.json) of a model folder, as a dict ({} without one), and its path. The one
     reader of family cards: the loaders (card_sampling, card_family), the evaluation and the training."""
@@ -296,6 +320,7 @@ def load_model(gpt_path: str, vq_path: str, image_size: Optional[int] = None, dt
             model.default_sampling = LLAMAGEN_SAMPLING[model.model_type]
             model.sampling_source = f"LlamaGen's published {model.model_type} sampling (no card)"
     model.family = card_family(gpt_path)
+    model.self_draft = stored_self_draft(gpt_path, gpt.config.n_layer)
     return model
 
 

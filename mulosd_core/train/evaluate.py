@@ -25,6 +25,7 @@ import torch
 from ..ar import generate_ar, model_sampling
 from ..data.families import data_family
 from ..metrics import accuracy, bootstrap_ci, frechet_distance
+from ..models.llamagen import self_drafter
 from ..models.registry import family_card, load_model
 from ..sampling import SamplingConfig, cfg_combine, process_logits
 from .classifier import load_classifier
@@ -164,11 +165,12 @@ def self_target_quality(models: str, target, drafter, classifier, labels, sampli
         return {}
     model = load_model(path, "", device=target.device, vq=target.vq)
     out = {}
-    for name, m in (("self_target", model), ("self_target_low", model.at_grid(drafter.grid))):
+    low = self_drafter(model, model.grid // drafter.grid)   # at the early exit it was trained for, if any
+    for name, m in (("self_target", model), ("self_target_low", low)):
         q, _ = sample_quality(m, classifier, labels, sampling, real_feats)
         log.info("%s AR samples (grid %d): accuracy %.4f, FD %.3f", name, m.grid, q["accuracy"], q["fd"])
         out[f"{name}_ar_accuracy"] = q["accuracy"]
-        out[f"{name}_ar"] = {**q, "grid": m.grid}
+        out[f"{name}_ar"] = {**q, "grid": m.grid, "layers": m.exit_layers or m.gpt.config.n_layer}
     return out
 
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from ..data.families import DEFAULT_FAMILY, DataFamily, data_family
 from ..imageops import resize
 from ..models.checkpoints import save_safetensors
+from ..models.registry import SELF_DRAFT_META_KEY
 from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from ..models.llamagen_vq import VQConfig, VQModel
 from .common import (COMMAND_ENV, DATA_SEED, Progress, cosine_lr, load_resume, reproduce_command, save_resume,
@@ -50,6 +51,12 @@ class GPTStage:
     pool: int = 0   # images this stage learns from; 0 = the preset's shared pool, more extends its low-grid images
     low_share: float = 0.0   # share of steps at half the grid (the pool's low tokens): a target that can draft for itself
     low_batch: int = 0       # images per step at half the grid (0 = batch); 4 x batch feeds as many tokens as a full step
+    low_layers: int = 0      # blocks the half-grid steps run before the head (0 = all): the self-drafter's early exit
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.low_layers <= self.n_layer or (self.low_layers and not self.low_share):
+            raise ValueError(f"stage {self.name}: low_layers must be 0 (all) or 1..{self.n_layer}, and needs low_share "
+                             f"> 0; got low_layers={self.low_layers}, low_share={self.low_share}")
 
     @property
     def low_grid_batch(self) -> int:
@@ -127,9 +134,11 @@ SCENES_PRESETS = {
                       # (LlamaGenModel.at_grid), so MuLo-SD needs no second model. 40% of the steps at 8 x 8,
                       # each with as many tokens as a full step (48 images of 64), from the drafter's larger
                       # pool: with a quarter of the steps at batch 16 its 8 x 8 samples had FD 12.4 against the
-                      # drafter's 2.6, and MuLo-SD's images inherit the drafter's layout
+                      # drafter's 2.6, and MuLo-SD's images inherit the drafter's layout. The 8 x 8 steps exit
+                      # after 4 of the 8 blocks (shared norm and head): a self-drafter call then costs half the
+                      # target's layers, where at full depth it cost 2.5 two-model drafter calls
                       GPTStage("self_target", grid=16, dim=128, n_layer=8, n_head=4, steps=3200, batch=16,
-                               low_share=0.4, low_batch=48, pool=48000)],
+                               low_share=0.4, low_batch=48, low_layers=4, pool=48000)],
                   upsampler=UpsamplerStage(steps=1000)),
     "gpu": Preset("gpu", data="scenes", vq=_SCENES_VQ, vq_steps=6000, vq_batch=64, pool=100000, sampling=SCENES_SAMPLING,
                   classifier_noise=0.06, gpts=[
@@ -375,7 +384,7 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
         x = source[idx].long().to(device)
         y = pool["labels"][idx].clone()
         y[torch.rand(batch, generator=gen) < cfg.class_dropout_prob] = cfg.num_classes  # CFG's null class
-        logits = model(x, y.to(device), grid)
+        logits = model(x, y.to(device), grid, layers=(stage.low_layers or None) if low else None)
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), x.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -387,9 +396,12 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
             save_resume(work, stage.name, model, opt, step + 1, {})
     model.eval()
     meta = {"mulosd_config": {**cfg.to_dict(), "image_size": stage.grid * 4}, "kind": "gpt"}
+    if stage.low_share:   # how it drafts for itself (registry.SELF_DRAFT_META_KEY)
+        meta[SELF_DRAFT_META_KEY] = {"grid": stage.grid // 2, "layers": stage.low_layers or cfg.n_layer}
     save_safetensors({k: v.half() for k, v in model.state_dict().items()}, str(out / f"{stage.name}.safetensors"), meta)
     write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
-                                  "steps": stage.steps, "batch": stage.batch, "low_share": stage.low_share, "low_batch": stage.low_grid_batch, "final_loss": loss_ema, "data_seed": DATA_SEED,
+                                  "steps": stage.steps, "batch": stage.batch, "low_share": stage.low_share, "low_batch": stage.low_grid_batch,
+                                  **({"self_draft": meta[SELF_DRAFT_META_KEY]} if stage.low_share else {}), "final_loss": loss_ema, "data_seed": DATA_SEED,
                                   "data_family": p.data, "data_variation": p.family.gpt_variation, "pool_images": int(tokens.shape[0]),
                                   **({"low_pool_images": int(pool["low"].shape[0])} if stage.low_share else {}),
                                   "params": sum(t.numel() for t in model.parameters()), "reproduce": reproduce_command()})

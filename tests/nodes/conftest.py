@@ -57,6 +57,11 @@ def _save_family(folder: Path, vq_seed: int = 1000) -> dict:
         gpt = tiny_gpt(seed, vocab_size=64, num_classes=10)
         meta = {"mulosd_config": {**gpt.config.to_dict(), "image_size": grid * 4}, "kind": "gpt"}
         save_safetensors(gpt.state_dict(), str(folder / f"{name}.safetensors"), meta)
+    # trained (as its metadata says) to draft for itself at grid 4 after its first block
+    gpt = tiny_gpt(3, vocab_size=64, num_classes=10)
+    meta = {"mulosd_config": {**gpt.config.to_dict(), "image_size": 32}, "kind": "gpt",
+            "mulosd_self_draft": {"grid": 4, "layers": 1}}
+    save_safetensors(gpt.state_dict(), str(folder / "self_target.safetensors"), meta)
     return {"vq": folder / "vq.safetensors"}
 
 

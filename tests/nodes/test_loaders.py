@@ -242,5 +242,13 @@ def test_self_drafter_is_the_target_at_a_lower_grid_with_no_second_file(loaders)
     assert drafter.model.gpt is target.model.gpt and drafter.model.grid * 2 == target.model.grid
     assert weight_bytes(target.model, drafter.model) == weight_bytes(target.model)
     assert "no second file loaded" in out.ui["text"][0] and drafter.path == target.path
+    assert drafter.model.exit_layers is None and "all 2 blocks" in out.ui["text"][0]   # the plain target records no exit
+    early = loaders.MuLoSDSelfDrafter.execute(target, 2, 1)
+    assert early.result[0].model.exit_layers == 1 and "1 of 2 blocks" in early.ui["text"][0]
+    own = run(loaders.MuLoSDLoadTarget, "embedded/self_target.safetensors").result[0]
+    trained = loaders.MuLoSDSelfDrafter.execute(own, 2)   # layers 0: the exit its metadata records
+    assert trained.result[0].model.exit_layers == 1 and "1 of 2 blocks" in trained.ui["text"][0]
     with pytest.raises(ValueError, match="is not divisible by 3"):
         loaders.MuLoSDSelfDrafter.execute(target, 3)
+    with pytest.raises(ValueError, match="layers: expected a whole number of blocks from 1 to 2"):
+        loaders.MuLoSDSelfDrafter.execute(target, 2, 3)

@@ -23,13 +23,15 @@ from mulosd_core.testing import tiny_gpt, tiny_model, tiny_vq
 CARD_SAMPLING = {"cfg_scale": 1.5, "temperature": 0.9, "top_k": 5, "top_p": 0.95}
 
 
-def write_pair(folder, model_type="c2i", meta_sampling=None):
+def write_pair(folder, model_type="c2i", meta_sampling=None, self_draft=None):
     """A tiny GPT (image size in its metadata) and VQ in `folder`; returns the two paths."""
     folder.mkdir(parents=True, exist_ok=True)
     gpt, vq = tiny_gpt(3, model_type=model_type), tiny_vq(4)
     meta = {"mulosd_config": {**gpt.config.to_dict(), "image_size": 16}}
     if meta_sampling is not None:
         meta["mulosd_sampling"] = meta_sampling
+    if self_draft is not None:
+        meta["mulosd_self_draft"] = self_draft
     save_safetensors(gpt.state_dict(), str(folder / "gpt.safetensors"), meta)
     save_safetensors(vq.state_dict(), str(folder / "vq.safetensors"), {"mulosd_config": vq.config.to_dict()})
     return str(folder / "gpt.safetensors"), str(folder / "vq.safetensors")
@@ -99,6 +101,26 @@ def test_unreadable_card_and_metadata(tmp_path):
         load_model(bad_meta, vq_path)
     with pytest.raises(CheckpointError, match="where-it-was"):
         parse_sampling({"temperature": -1}, "where-it-was")
+
+
+def test_self_draft_metadata_is_read_and_checked(tmp_path):
+    """How a checkpoint drafts for itself travels in its metadata (registry.SELF_DRAFT_META_KEY)."""
+    from mulosd_core.models.registry import SELF_DRAFT_META_KEY
+    gpt_path, vq_path = write_pair(tmp_path / "none")
+    assert load_model(gpt_path, vq_path).self_draft is None
+    assert SELF_DRAFT_META_KEY == "mulosd_self_draft"
+    n_layer = tiny_gpt(3).config.n_layer
+    for i, (value, want) in enumerate(((({"grid": 2, "layers": 1}), (2, 1)),
+                                       ("{not json", "expected an object with whole numbers"),
+                                       ({"grid": 2}, "KeyError"), ({"grid": 0, "layers": 1}, "grid must be >= 1"),
+                                       ({"grid": 2, "layers": n_layer + 1}, f"layers 1..{n_layer}"))):
+        gpt_path, vq_path = write_pair(tmp_path / str(i), self_draft=value)
+        if isinstance(want, tuple):
+            assert load_model(gpt_path, vq_path).self_draft == want
+        else:
+            with pytest.raises(CheckpointError, match=want) as e:
+                load_model(gpt_path, vq_path)
+            assert SELF_DRAFT_META_KEY in str(e.value)
 
 
 def test_sampling_none_uses_the_models_own():

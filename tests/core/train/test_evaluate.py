@@ -55,3 +55,11 @@ def test_self_target_is_evaluated_at_both_grids_when_the_family_has_one(tmp_path
     out = self_target_quality(str(tmp_path), *args)
     assert (out["self_target_ar"]["grid"], out["self_target_low_ar"]["grid"]) == (8, 4)
     assert 0.0 <= out["self_target_low_ar_accuracy"] <= 1.0 and np.isfinite(out["self_target_ar"]["fd"])
+    assert out["self_target_low_ar"]["layers"] == gpt.config.n_layer
+    # a checkpoint trained to exit early at the low grid is evaluated there as it drafts
+    from mulosd_core.models.registry import SELF_DRAFT_META_KEY
+    save_safetensors(gpt.state_dict(), str(tmp_path / "self_target.safetensors"),
+                     {"mulosd_config": {**gpt.config.to_dict(), "image_size": 32}, "kind": "gpt",
+                      SELF_DRAFT_META_KEY: {"grid": 4, "layers": 1}})
+    out = self_target_quality(str(tmp_path), *args)
+    assert (out["self_target_low_ar"]["layers"], out["self_target_ar"]["layers"]) == (1, gpt.config.n_layer)

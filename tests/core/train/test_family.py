@@ -37,7 +37,12 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path, da
         if stage.low_share:   # a two-grid stage: the shared pool at full grid, its own (extended) at the low grid
             assert card["pool_images"] == smoke.pool and card["low_pool_images"] == (stage.pool or smoke.pool)
             assert card["low_batch"] == stage.low_grid_batch == (stage.low_batch or stage.batch)
+            # the weights record how they draft for themselves, and the loader reads it back
+            assert model.self_draft == (stage.grid // 2, stage.low_layers or stage.n_layer)
+            assert card["self_draft"] == {"grid": stage.grid // 2, "layers": stage.low_layers or stage.n_layer}
         else:
+            assert model.self_draft is None
+        if not stage.low_share:
             assert card["pool_images"] == (stage.pool or smoke.pool)   # the drafter's is extended
         assert card["data_family"] == data
     net = load_latent_upsampler(str(out / "upsampler.safetensors"))
@@ -64,6 +69,15 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path, da
     with pytest.raises(ValueError, match=f"not 'smoke' on '{other}'"):
         family.main(["--family", other, "--preset", "smoke", "--out", str(out), "--work", str(work)])
     assert before == {p.name: p.stat().st_mtime_ns for p in out.glob("*.safetensors")}
+
+
+def test_an_early_exit_needs_a_two_grid_stage_and_a_depth_the_model_has():
+    with pytest.raises(ValueError, match=r"stage s: low_layers must be 0 \(all\) or 1..4, and needs low_share > 0; "
+                                         r"got low_layers=2, low_share=0.0"):
+        family.GPTStage("s", grid=16, dim=32, n_layer=4, n_head=2, steps=1, low_layers=2)
+    with pytest.raises(ValueError, match="got low_layers=5"):
+        family.GPTStage("s", grid=16, dim=32, n_layer=4, n_head=2, steps=1, low_share=0.5, low_layers=5)
+    assert family.GPTStage("s", grid=16, dim=32, n_layer=4, n_head=2, steps=1, low_share=0.5, low_layers=2).low_layers == 2
 
 
 def test_a_stale_token_pool_is_encoded_again(tmp_path):
