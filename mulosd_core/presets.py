@@ -53,8 +53,9 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
                            source="bench/results/sweep-embedded-scenes.md (32 samples per setting, 120 in the final stage)"),
     # scenes' self_target drafting for itself (models.llamagen.self_drafter): `python -m bench.sweep --family scenes
     # --self-drafting --samples 32 --final-samples 120 --threads 1 --recheck 0`. The family's settings but a
-    # window of 2: a self-drafter call costs the target's 8 layers, so fewer drafter calls (22 against 36) pay,
-    # and window 2 kept AR's quality here (final stage, 120 samples: 5.48x, accuracy 0.983 vs 0.975, FD 6.6 vs 7.2).
+    # window of 2: chosen when a self-drafter call cost the target's 8 blocks (22 calls against 36). Rerun with the
+    # early-exit self_target (4 blocks at 8 x 8): the stages kept window 2, and no finalist kept FD within 15% of
+    # AR's (about 7.0 against 5.5 at 120 samples, at every tau and k), so these values stayed.
     "scenes/self": MuloDefaults(tau=0.05, k_neighbours=64, expansion_radius=0, rows_per_step=8, parallel_window=2,
                                 recheck=0, recheck_scope="drafts",
                                 source="bench/results/sweep-embedded-self.md (32 samples per setting, 120 in the final stage)"),
@@ -155,4 +156,5 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_self": (mulo_islands(family, self_drafting=True), "self"),   # the family's self-drafting settings
         "mulo_self_pair_defaults": (mi, "self"),                            # the two-model pair's settings
         "mulo_self_paper": (mulo_islands(PAPER), "self"),
+        "mulo_self_learned": (replace(mulo_islands(family, self_drafting=True), upsampler=UpsamplerConfig(kind="learned")), "self"),
     }
