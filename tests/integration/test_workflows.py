@@ -18,7 +18,7 @@ from workflow_format import api_workflows, needs_only_shipped_models, strip_meta
 NODES = {
     "MuLoSDLoadTarget": ["model_name", "vq_name", "image_size", "device", "dtype", "weights"],
     "MuLoSDLoadDrafter": ["model_name", "vq_name", "image_size", "device", "dtype", "weights"],
-    "MuLoSDSelfDrafter": ["target", "ratio"],
+    "MuLoSDSelfDrafter": ["target", "ratio", "layers"],
     "MuLoSDLoadTextEncoder": ["encoder_name", "device", "dtype", "offload"],
     "MuLoSDTextPrompt": ["text_encoder", "prompt"],
     "MuLoSDLoadJanus": ["model_name", "device", "dtype", "weights"],
