@@ -125,7 +125,7 @@ def mulo_islands(family: str | None = "scenes", *, self_drafting: bool = False, 
 # name -> (method config, which drafter it needs: "low", "same", "self" (the target at the low grid) or None)
 def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfig, str | None]]:
     """Every named method with MuLo-SD at `family`'s shipped settings ("mulo_paper": the paper's)."""
-    mi = mulo_islands(family)
+    mi, ms = mulo_islands(family), mulo_islands(family, self_drafting=True)
 
     def mv(**kw) -> VerifierConfig:
         return mulo_verifier(family, **kw)
@@ -153,8 +153,8 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_learned": (replace(mi, upsampler=UpsamplerConfig(kind="learned")), "low"),
         "mulo_oracle": (replace(mi, oracle=True), "low"),
         # self-drafting: the target drafts for itself at the drafter's grid (LlamaGenModel.at_grid)
-        "mulo_self": (mulo_islands(family, self_drafting=True), "self"),   # the family's self-drafting settings
+        "mulo_self": (ms, "self"),                                          # the family's self-drafting settings
         "mulo_self_pair_defaults": (mi, "self"),                            # the two-model pair's settings
         "mulo_self_paper": (mulo_islands(PAPER), "self"),
-        "mulo_self_learned": (replace(mulo_islands(family, self_drafting=True), upsampler=UpsamplerConfig(kind="learned")), "self"),
+        "mulo_self_learned": (replace(ms, upsampler=UpsamplerConfig(kind="learned")), "self"),
     }

@@ -8,6 +8,7 @@ lives outside the module (see kv_cache.py) so one loaded model serves many runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, asdict, field
+from itertools import islice
 from typing import Optional
 
 import torch
@@ -242,7 +243,7 @@ class LlamaGenGPT(nn.Module):
         if cache is not None:
             cache.mark(positions, key_valid)
             mask = cache.attention_mask(positions)[: h.shape[0]]
-        for i, layer in enumerate(self.layers[:layers]):
+        for i, layer in enumerate(islice(self.layers, layers)):   # not layers[:k]: that builds a ModuleList per call
             kv = (cache.k[i], cache.v[i]) if cache is not None else None
             h = layer(h, rope, mask, kv, positions)
         return self.output(self.norm(h)).float()

@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from ..data.families import DEFAULT_FAMILY, DataFamily, data_family
 from ..imageops import resize
 from ..models.checkpoints import save_safetensors
-from ..models.registry import SELF_DRAFT_META_KEY
 from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from ..models.llamagen_vq import VQConfig, VQModel
+from ..models.registry import SELF_DRAFT_META_KEY
 from .common import (COMMAND_ENV, DATA_SEED, Progress, cosine_lr, load_resume, reproduce_command, save_resume,
                      write_card)
 from .upsampler import UpsamplerStage, train_upsampler
