@@ -51,14 +51,15 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
     "scenes": MuloDefaults(tau=0.05, k_neighbours=64, expansion_radius=0, rows_per_step=8, parallel_window=4,
                            recheck=0, recheck_scope="drafts",
                            source="bench/results/sweep-embedded-scenes.md (32 samples per setting, 120 in the final stage)"),
-    # scenes' self_target drafting for itself (models.llamagen.self_drafter): `python -m bench.sweep --family scenes
-    # --self-drafting --samples 32 --final-samples 120 --threads 1 --recheck 0`. The family's settings but a
-    # window of 2: chosen when a self-drafter call cost the target's 8 blocks (22 calls against 36). Rerun with the
-    # early-exit self_target (4 blocks at 8 x 8): the stages kept window 2, and no finalist kept FD within 15% of
-    # AR's (about 7.0 against 5.5 at 120 samples, at every tau and k), so these values stayed.
-    "scenes/self": MuloDefaults(tau=0.05, k_neighbours=64, expansion_radius=0, rows_per_step=8, parallel_window=2,
+    # scenes' self_target drafting for itself (models.llamagen.self_drafter), with its 5-block exit at 8 x 8:
+    # `python -m bench.sweep --family scenes --self-drafting --upsampler learned --samples 32 --final-samples 120
+    # --threads 1 --recheck 0 --tag sweep-embedded-self-learned`, started from the family's settings. The family's
+    # verifier with a drafting window of 3 instead of 4 (29 drafter calls against 36): window 2 (22 calls) drafts
+    # rows with too little of the row above and misses AR's FD. Chosen with the learned upsampler, the one with
+    # which the pair keeps AR's FD too.
+    "scenes/self": MuloDefaults(tau=0.05, k_neighbours=64, expansion_radius=0, rows_per_step=8, parallel_window=3,
                                 recheck=0, recheck_scope="drafts",
-                                source="bench/results/sweep-embedded-self.md (32 samples per setting, 120 in the final stage)"),
+                                source="bench/results/sweep-embedded-self-learned.md (32 samples per setting, 120 in the final stage)"),
     # The paper's method (no recheck, pixel upsampler, islands, parallel drafting). The sources this project
     # has give no tau or k for it: these are the values the project started from.
     "paper": MuloDefaults(tau=0.3, k_neighbours=8, expansion_radius=1, rows_per_step=1, parallel_window=4,

@@ -189,10 +189,11 @@ def embedded_vs_ar() -> Graph:
     return beside_ar(g, target, drafter, 520, VERIFIER, MULO, class_id=2)
 
 
-def beside_ar(g: Graph, target: Node, drafter: Node, up_y: int, verifier: dict, drafting: dict, class_id: int) -> Graph:
-    """An upsampler and a Local Verifier below the loaders at `up_y`, MuLo-SD and AR on the same class and seed
-    (batch 4), and the outputs of both."""
-    up = g.add("MuLoSDUpsampler", (0, up_y), kind="pixel", ratio=0, filter="bicubic")
+def beside_ar(g: Graph, target: Node, drafter: Node, up_y: int, verifier: dict, drafting: dict, class_id: int,
+              upsampler: str = "pixel") -> Graph:
+    """An upsampler (of kind `upsampler`) and a Local Verifier below the loaders at `up_y`, MuLo-SD and AR on the
+    same class and seed (batch 4), and the outputs of both."""
+    up = g.add("MuLoSDUpsampler", (0, up_y), kind=upsampler, ratio=0, filter="bicubic")
     ver = g.add("MuLoSDLocalVerifier", (0, up_y + 180), **verifier)
     common = dict(class_id=class_id, seed=0, **EMBEDDED_SAMPLING)
     mulo = g.add("MuLoSDSampler", (360, 0), drafter=drafter[0], target=target[0], upsampler=up[0], verifier=ver[0],
@@ -209,8 +210,9 @@ def self_drafting() -> Graph:
                                       "AR on the same model, same class and seed.")
     target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/self_target.safetensors", vq_name="auto", **LOADER)
     drafter = g.add("MuLoSDSelfDrafter", (0, 260), target=target[0], ratio=2, layers=0)
+    # the learned upsampler: the self-drafting defaults were chosen with it (presets.MULO_DEFAULTS["scenes/self"])
     return beside_ar(g, target, drafter, 420, verifier_widgets("scenes", self_drafting=True),
-                     drafting_widgets("scenes", self_drafting=True), class_id=5)
+                     drafting_widgets("scenes", self_drafting=True), class_id=5, upsampler="learned")
 
 
 def ablation() -> Graph:
