@@ -310,8 +310,8 @@ class MuLoSDSelfDrafter(io.ComfyNode):
                                      "at 8 x 8); it must divide the target's grid."),
                 io.Int.Input("layers", default=0, min=0, max=128, optional=True,
                              tooltip="Blocks the drafter runs before the target's head (an early exit). 0: what the "
-                                     "checkpoint records for this grid (embedded/self_target: 5 of its 8), else all "
-                                     "of them."),
+                                     "checkpoint records for this grid (embedded/self_target records its exit), "
+                                     "else all of them."),
             ],
             outputs=[MulosdModel.Output("drafter", display_name="drafter",
                                         tooltip="The target at the lower grid, for the MuLo-SD Sampler's drafter input.")],
