@@ -16,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "DraftLayout",
     "ZipARStep",
     "jacobi_max_iters",
     "jacobi_window",
+    "parallel_draft_layout",
     "parallel_draft_nfe",
     "parallel_draft_schedule",
     "raster_schedule",
@@ -148,6 +150,48 @@ def parallel_draft_nfe(rows: int, W: int, window: int) -> int:
     if rows <= 0 or W <= 0:
         return 0
     return W + (rows - 1) * min(window, W)
+
+
+@dataclass(frozen=True)
+class DraftLayout:
+    """Parallel drafting of a whole image as one teacher-forced sequence (docs/DESIGN.md section 3.4).
+
+    Every forward of `parallel_draft_schedule` writes K/V that later forwards read; what a fed token
+    attends to is the slots written so far, so the whole schedule is one forward over its fed entries
+    with an attention mask. A proxy and the real token that later overwrites its slot are two entries.
+    Entry e feeds the token of grid position `source[e]` at slot `slot[e]`, attends to the entries in
+    `sees[e]` (itself included; the condition prefix always), and its output is sampled for grid
+    position `target[e]` (-1: a re-feed, output unused). Position 0 is predicted by the prefix.
+    """
+
+    source: tuple[int, ...]
+    slot: tuple[int, ...]
+    sees: tuple[tuple[int, ...], ...]
+    target: tuple[int, ...]
+
+
+def parallel_draft_layout(W: int, window: int) -> DraftLayout:
+    """The layout of drafting a W x W grid from an empty context in one block (rows_per_step covers
+    the drafter's grid, as the scenes defaults do). With no context the engine feeds row 1's first
+    proxy from position 0 (`_Speculative._draft_parallel`), so a source of -1 becomes 0 here."""
+    source, slot, target, sees = [], [], [], []
+    occupant: dict[int, int] = {}   # slot -> entry whose K/V it holds
+    for step in parallel_draft_schedule(W, W, window):
+        new = {}
+        for i, (src, at) in enumerate(step.fed):
+            if at < 0:
+                continue
+            new[i] = len(source)
+            occupant[at] = len(source)
+            source.append(max(src, 0))
+            slot.append(at)
+            target.append(-1)
+        for i in new.values():   # a forward writes all its slots before any of them attends
+            sees.append(tuple(sorted(e for s, e in occupant.items() if s <= slot[i])))
+        for fi, pos in step.sampled:
+            if fi in new:
+                target[new[fi]] = pos
+    return DraftLayout(tuple(source), tuple(slot), tuple(sees), tuple(target))
 
 
 def jacobi_window(cur: int, total: int, L: int = 16) -> int:

@@ -33,6 +33,7 @@ from ..models.llamagen_vq import VQConfig, VQModel
 from ..models.registry import SELF_DRAFT_META_KEY
 from .common import (COMMAND_ENV, DATA_SEED, Progress, cosine_lr, load_resume, reproduce_command, save_resume,
                      write_card)
+from .parallel_context import parallel_logits
 from .upsampler import UpsamplerStage, train_upsampler
 
 log = logging.getLogger("mulosd.train")
@@ -52,11 +53,18 @@ class GPTStage:
     low_share: float = 0.0   # share of steps at half the grid (the pool's low tokens): a target that can draft for itself
     low_batch: int = 0       # images per step at half the grid (0 = batch); 4 x batch feeds as many tokens as a full step
     low_layers: int = 0      # blocks the half-grid steps run before the head (0 = all): the self-drafter's early exit
+    parallel_share: float = 0.0   # share of half-grid steps taught the partial rows parallel drafting shows
+    parallel_windows: tuple[int, ...] = (2, 3, 4)   # drafting windows those steps draw from (train.parallel_context)
 
     def __post_init__(self) -> None:
         if not 0 <= self.low_layers <= self.n_layer or (self.low_layers and not self.low_share):
             raise ValueError(f"stage {self.name}: low_layers must be 0 (all) or 1..{self.n_layer}, and needs low_share "
                              f"> 0; got low_layers={self.low_layers}, low_share={self.low_share}")
+        if not 0 <= self.parallel_share <= 1 or (self.parallel_share and not self.low_share) \
+                or not self.parallel_windows or min(self.parallel_windows) < 1:
+            raise ValueError(f"stage {self.name}: parallel_share must be in [0, 1] and needs low_share > 0, and "
+                             f"parallel_windows must be windows >= 1; got parallel_share={self.parallel_share}, "
+                             f"low_share={self.low_share}, parallel_windows={self.parallel_windows}")
 
     @property
     def low_grid_batch(self) -> int:
@@ -138,9 +146,11 @@ SCENES_PRESETS = {
                       # the drafter's layout. The 8 x 8 steps exit after 5 of the 8 blocks (shared norm and
                       # head), so a self-drafter call costs 5/8 of the target's layers. With 4 blocks and 40%
                       # of 3200 steps at 48 images the exit's samples had FD 2.95 and NLL 4.27 (this recipe:
-                      # 2.46 and 4.10; the drafter 2.58 and 3.48)
+                      # 2.46 and 4.10; the drafter 2.58 and 3.48). Half of the 8 x 8 steps are taught the partial
+                      # rows that parallel drafting at windows 2-4 shows (train.parallel_context): without them,
+                      # self-drafting at window 3 gave FD +26% over AR; with them window 2 is within 15%
                       GPTStage("self_target", grid=16, dim=128, n_layer=8, n_head=4, steps=4000, batch=16,
-                               low_share=0.5, low_batch=80, low_layers=5, pool=48000)],
+                               low_share=0.5, low_batch=80, low_layers=5, pool=48000, parallel_share=0.5)],
                   upsampler=UpsamplerStage(steps=1000)),
     "gpu": Preset("gpu", data="scenes", vq=_SCENES_VQ, vq_steps=6000, vq_batch=64, pool=100000, sampling=SCENES_SAMPLING,
                   classifier_noise=0.06, gpts=[
@@ -152,7 +162,7 @@ SCENES_PRESETS = {
     "smoke": replace(PATTERNS_PRESETS["smoke"], data="scenes", sampling=SCENES_SAMPLING,
                      gpts=[*PATTERNS_PRESETS["smoke"].gpts,
                            GPTStage("self_target", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4, low_share=0.5,
-                                    low_batch=8, pool=40)]),
+                                    low_batch=8, pool=40, parallel_share=1.0)]),
 }
 PRESETS: dict[str, dict[str, Preset]] = {"scenes": SCENES_PRESETS, "patterns": PATTERNS_PRESETS}
 
@@ -386,7 +396,12 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
         x = source[idx].long().to(device)
         y = pool["labels"][idx].clone()
         y[torch.rand(batch, generator=gen) < cfg.class_dropout_prob] = cfg.num_classes  # CFG's null class
-        logits = model(x, y.to(device), grid, layers=(stage.low_layers or None) if low else None)
+        layers = (stage.low_layers or None) if low else None
+        if low and stage.parallel_share and torch.rand((), generator=gen).item() < stage.parallel_share:
+            window = stage.parallel_windows[int(torch.randint(len(stage.parallel_windows), (), generator=gen))]
+            logits = parallel_logits(model, x, y.to(device), grid, window, layers=layers)
+        else:
+            logits = model(x, y.to(device), grid, layers=layers)
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), x.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -403,6 +418,8 @@ def train_gpt(stage: GPTStage, p: Preset, pool: dict[str, torch.Tensor], out: Pa
     save_safetensors({k: v.half() for k, v in model.state_dict().items()}, str(out / f"{stage.name}.safetensors"), meta)
     write_card(out, stage.name, {"kind": "gpt", "config": cfg.to_dict(), "grid": stage.grid, "image_size": stage.grid * 4,
                                   "steps": stage.steps, "batch": stage.batch, "low_share": stage.low_share, "low_batch": stage.low_grid_batch,
+                                  **({"parallel_share": stage.parallel_share, "parallel_windows": list(stage.parallel_windows)}
+                                     if stage.parallel_share else {}),
                                   **({"self_draft": meta[SELF_DRAFT_META_KEY]} if stage.low_share else {}), "final_loss": loss_ema, "data_seed": DATA_SEED,
                                   "data_family": p.data, "data_variation": p.family.gpt_variation, "pool_images": int(tokens.shape[0]),
                                   **({"low_pool_images": int(pool["low"].shape[0])} if stage.low_share else {}),

@@ -80,6 +80,17 @@ def test_an_early_exit_needs_a_two_grid_stage_and_a_depth_the_model_has():
     assert family.GPTStage("s", grid=16, dim=32, n_layer=4, n_head=2, steps=1, low_share=0.5, low_layers=2).low_layers == 2
 
 
+def test_parallel_context_steps_need_low_grid_steps_and_real_windows():
+    with pytest.raises(ValueError, match=r"parallel_share must be in \[0, 1\] and needs low_share > 0.*got parallel_share=0.5, "
+                                         r"low_share=0.0"):
+        family.GPTStage("s", grid=16, dim=32, n_layer=4, n_head=2, steps=1, parallel_share=0.5)
+    with pytest.raises(ValueError, match=r"parallel_windows=\(0, 2\)"):
+        family.GPTStage("s", grid=16, dim=32, n_layer=4, n_head=2, steps=1, low_share=0.5, parallel_share=0.5,
+                        parallel_windows=(0, 2))
+    with pytest.raises(ValueError, match="got parallel_share=1.5"):
+        family.GPTStage("s", grid=16, dim=32, n_layer=4, n_head=2, steps=1, low_share=0.5, parallel_share=1.5)
+
+
 def test_a_stale_token_pool_is_encoded_again(tmp_path):
     """A pool left in the work folder by another preset or data variation must not train the GPTs."""
     p = SMOKE
