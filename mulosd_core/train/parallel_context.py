@@ -38,7 +38,11 @@ def _layout_tensors(W: int, window: int, cond_len: int) -> tuple[torch.Tensor, t
 def parallel_logits(model: LlamaGenGPT, tokens: torch.Tensor, cond: torch.Tensor, grid: int, window: int,
                     layers: int | None = None) -> torch.Tensor:
     """Logits [B, N, V] where logits[:, n] predicts grid position n as parallel drafting at `window`
-    would, teacher-forced on `tokens` [B, N] (a grid x grid image drafted from an empty context)."""
+    would, teacher-forced on `tokens` [B, N] (a grid x grid image drafted from an empty context).
+    Class-conditioned models only: a t2i caption's padding mask is not applied here."""
+    if model.config.model_type != "c2i":
+        raise ValueError(f"parallel_logits: expected a c2i model (class ids), got a {model.config.model_type} model; "
+                         f"t2i caption masks are not supported in parallel-context training")
     source, positions, mask, predicts = (t.to(tokens.device) for t in _layout_tensors(grid, window, model.cond_len))
     h = torch.cat([model.embed_condition(cond), model.tok_embeddings(tokens[:, source])], dim=1)
     out = model.forward_embeddings(h, positions, grid, attn_mask=mask[None, None], layers=layers)

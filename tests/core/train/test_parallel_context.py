@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mulosd_core.schedules import parallel_draft_layout, parallel_draft_schedule
-from mulosd_core.testing import tiny_model
+from mulosd_core.testing import tiny_gpt, tiny_model
 from mulosd_core.train.parallel_context import parallel_logits
 
 
@@ -48,3 +48,8 @@ def test_layout_samples_every_position_once():
         lay = parallel_draft_layout(W, window)
         assert sorted(t for t in lay.target if t >= 0) == list(range(1, W * W))
         assert all(e in seen and max(seen) == e for e, seen in enumerate(lay.sees))   # sees itself, nothing later
+
+
+def test_a_t2i_model_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="expected a c2i model .* got a t2i model"):
+        parallel_logits(tiny_gpt(model_type="t2i"), torch.zeros(1, 16, dtype=torch.long), torch.zeros(1, 7, 24), 4, 2)
