@@ -18,8 +18,8 @@ from ..schedules import parallel_draft_layout
 
 @lru_cache(maxsize=None)
 def _layout_tensors(W: int, window: int, cond_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sources [E], sequence positions [cond_len + E], attention mask [S, S], predicted grid position
-    per sequence output [S]: -1 where the output is not read). Built once per (W, window)."""
+    """(sources [E], sequence positions [cond_len + E], attention mask [S, S], and for each grid position n
+    the sequence output that predicts it [W * W]). Built once per (W, window)."""
     lay = parallel_draft_layout(W, window)
     E = len(lay.source)
     S = cond_len + E
@@ -29,10 +29,12 @@ def _layout_tensors(W: int, window: int, cond_len: int) -> tuple[torch.Tensor, t
     for e, seen in enumerate(lay.sees):
         mask[cond_len + e, [cond_len + j for j in seen]] = True
     positions = torch.cat([torch.arange(cond_len), cond_len + torch.tensor(lay.slot)])
-    predicts = torch.full((S,), -1, dtype=torch.long)
-    predicts[cond_len - 1] = 0   # the prefix's last output predicts position 0
-    predicts[cond_len:] = torch.tensor(lay.target)
-    return torch.tensor(lay.source), positions, mask, predicts
+    predictor = torch.empty(W * W, dtype=torch.long)
+    predictor[0] = cond_len - 1   # the prefix's last output predicts position 0
+    for e, n in enumerate(lay.target):
+        if n >= 0:
+            predictor[n] = cond_len + e
+    return torch.tensor(lay.source), positions, mask, predictor
 
 
 def parallel_logits(model: LlamaGenGPT, tokens: torch.Tensor, cond: torch.Tensor, grid: int, window: int,
@@ -43,9 +45,6 @@ def parallel_logits(model: LlamaGenGPT, tokens: torch.Tensor, cond: torch.Tensor
     if model.config.model_type != "c2i":
         raise ValueError(f"parallel_logits: expected a c2i model (class ids), got a {model.config.model_type} model; "
                          f"t2i caption masks are not supported in parallel-context training")
-    source, positions, mask, predicts = (t.to(tokens.device) for t in _layout_tensors(grid, window, model.cond_len))
+    source, positions, mask, predictor = (t.to(tokens.device) for t in _layout_tensors(grid, window, model.cond_len))
     h = torch.cat([model.embed_condition(cond), model.tok_embeddings(tokens[:, source])], dim=1)
-    out = model.forward_embeddings(h, positions, grid, attn_mask=mask[None, None], layers=layers)
-    read = predicts >= 0
-    order = predicts[read].argsort()
-    return out[:, read][:, order]
+    return model.forward_embeddings(h, positions, grid, attn_mask=mask[None, None], layers=layers)[:, predictor]
