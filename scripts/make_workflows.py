@@ -1,16 +1,17 @@
 """Write the example graphs in both formats from one description, so the two never drift.
 
-    python scripts/make_workflows.py          # write workflows/*.json and workflows/api/*.json
+    python scripts/make_workflows.py          # write example_workflows/*.json and example_workflows/api/*.json
     python scripts/make_workflows.py --check  # exit 1 if the files differ from what it would write
 
-UI format (workflows/*.json, drag-and-drop / template browser) and API format
-(workflows/api/*.json, POST /prompt) come from the same Graph below. Widget order and
-socket types come from the nodes' own schemas (imported with the installed ComfyUI:
-MULOSD_COMFYUI or ~/.cache/mulosd/comfyui), so the UI files match what the frontend
-expects. Preview images (workflows/<name>.png) are screenshots written by
-tests/integration/test_browser.py when MULOSD_UPDATE_PREVIEWS=1; a graph that has none
-yet gets a schematic drawn here (node boxes, titles, widget values and links), which the
-browser test replaces when previews are refreshed.
+UI format (example_workflows/*.json, drag-and-drop / template browser) and API format
+(example_workflows/api/*.json, POST /prompt) come from the same Graph below. ComfyUI lists a
+pack's `example_workflows/*.json` (one level deep, so api/ stays out of its template list) and
+its frontend shows `<name>.jpg` beside each as the preview. Widget order and socket types come
+from the nodes' own schemas (imported with the installed ComfyUI: MULOSD_COMFYUI or
+~/.cache/mulosd/comfyui), so the UI files match what the frontend expects. Preview
+images are screenshots written by tests/integration/test_browser.py when
+MULOSD_UPDATE_PREVIEWS=1; a graph that has none yet gets a schematic drawn here (node boxes,
+titles, widget values and links), which the browser test replaces when previews are refreshed.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 from mulosd_core import presets  # noqa: E402  (the shipped defaults the graphs show)
 from mulosd_core.models import registry  # noqa: E402
 
-OUT = ROOT / "workflows"
+OUT = ROOT / "example_workflows"   # the folder name ComfyUI documents for custom-node templates
+PREVIEW = ".jpg"                    # the frontend asks for <name>.jpg (0.3.75's 1.32.9 and 1.58 alike)
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 
 # Core ComfyUI nodes the graphs use: (inputs [(name, type, is_widget)], outputs [(name, type)])
@@ -384,12 +386,13 @@ def main() -> int:
     stale = []
     specs = node_specs()
     for g in graphs():
-        preview = OUT / f"{g.name}.png"
-        if not any((OUT / f"{g.name}{ext}").exists() for ext in (".png", ".jpg")):
+        preview = OUT / f"{g.name}{PREVIEW}"
+        if not preview.exists():
             if a.check:
                 stale.append(f"{preview.relative_to(ROOT)} (missing)")
             else:
-                schematic(g, specs).save(preview)
+                preview.parent.mkdir(parents=True, exist_ok=True)
+                schematic(g, specs).save(preview, quality=88)
                 print(f"wrote {preview.relative_to(ROOT)} (schematic)")
     for path, text in render().items():
         if a.check:

@@ -4,7 +4,7 @@ Each graph loads through app.loadGraphData with every node type known and conver
 (app.graphToPrompt) to its API twin. The embedded comparison is then run from the page
 and its screenshot, outputs shown, is kept in artifacts/workflow_<name>.png.
 MULOSD_UPDATE_PREVIEWS=1 also refreshes the tracked pictures: the README's
-docs/images/workflow_embedded.png and the template browser's workflows/<name>.png.
+docs/images/workflow_embedded.png and the template browser's example_workflows/<name>.jpg.
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def screenshot(page, name: str) -> Path:
     if os.environ.get("MULOSD_UPDATE_PREVIEWS") == "1":
         from PIL import Image
 
-        Image.open(path).convert("RGB").resize((800, 500)).save(WORKFLOWS / f"{name}.png")
+        Image.open(path).convert("RGB").resize((800, 500)).save(WORKFLOWS / f"{name}.jpg", quality=88)
     return path
 
 

@@ -70,6 +70,8 @@ def test_workflow_templates_are_served(comfy_server):
     assert sorted(templates.get("mulosd", [])) == sorted(ui_workflows())
     for name in ui_workflows():
         assert comfy_server.get(f"/api/workflow_templates/mulosd/{name}.json").status_code == 200
+        preview = comfy_server.get(f"/api/workflow_templates/mulosd/{name}.jpg")  # the frontend's thumbnail URL
+        assert preview.status_code == 200 and preview.headers["Content-Type"] == "image/jpeg", name
 
 
 def test_every_ui_workflow_has_an_api_twin_and_a_preview():
@@ -77,7 +79,8 @@ def test_every_ui_workflow_has_an_api_twin_and_a_preview():
 
     assert sorted(ui_workflows()) == sorted(API) and len(API) >= 4
     for name in API:
-        assert any((WORKFLOWS / f"{name}{ext}").is_file() for ext in (".png", ".jpg")), f"no preview image for {name}"
+        # The template browser asks for <name>.jpg and nothing else (frontend 1.32.9 and 1.58).
+        assert (WORKFLOWS / f"{name}.jpg").is_file(), f"no preview image for {name}"
 
 
 @pytest.mark.parametrize("name", sorted(API))

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKFLOWS = ROOT / "workflows"
+WORKFLOWS = ROOT / "example_workflows"   # UI format here (ComfyUI's template list), API format in api/
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 LOADERS = ("MuLoSDLoadTarget", "MuLoSDLoadDrafter", "MuLoSDLoadJanus")  # nodes whose model_name names a model to load
 

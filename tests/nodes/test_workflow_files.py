@@ -1,4 +1,4 @@
-"""workflows/*.json and workflows/api/*.json are what scripts/make_workflows.py writes."""
+"""example_workflows/*.json and example_workflows/api/*.json are what scripts/make_workflows.py writes."""
 import importlib.util
 import json
 import sys
@@ -16,16 +16,28 @@ def load_script():
 
 
 def test_workflow_files_are_current(pack):
-    files = load_script().render()
+    script = load_script()
+    files = script.render()
     stale = [str(p.relative_to(ROOT)) for p, text in files.items() if not p.exists() or p.read_text() != text]
     assert stale == [], "run: python scripts/make_workflows.py"
-    on_disk = set((ROOT / "workflows").glob("*.json")) | set((ROOT / "workflows" / "api").glob("*.json"))
+    out = script.OUT
+    on_disk = set(out.glob("*.json")) | set((out / "api").glob("*.json"))
     assert on_disk == set(files), "workflow files that the script does not write"
+    previews = {p.with_suffix(script.PREVIEW) for p in out.glob("*.json")}
+    assert set(out.iterdir()) == set(out.glob("*.json")) | previews | {out / "api"}, "stray files in " + out.name
+
+
+def test_templates_sit_where_comfyui_documents_them(pack):
+    """One template folder, named example_workflows: ComfyUI 0.3.75 also lists example/, examples/,
+    workflow/ and workflows/ (with a hint to rename them), so a second one would list every graph twice."""
+    assert load_script().OUT == ROOT / "example_workflows"
+    others = [name for name in ("example", "examples", "workflow", "workflows") if (ROOT / name).exists()]
+    assert others == []
 
 
 def test_graphs_use_only_known_node_types(pack):
     script = load_script()
     known = set(script.CORE) | {cls.GET_SCHEMA().node_id for cls in pack.NODES}
-    for path in (ROOT / "workflows" / "api").glob("*.json"):
+    for path in (script.OUT / "api").glob("*.json"):
         types = {n["class_type"] for n in json.loads(path.read_text()).values()}
         assert types <= known, path.name
