@@ -1,10 +1,11 @@
-"""pyproject.toml mirrors requirements*.txt and carries what the Comfy Registry reads."""
+"""pyproject.toml mirrors requirements*.txt and carries what the Comfy Registry reads; the sdist holds the pack."""
 
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -66,10 +67,53 @@ def test_tool_comfy(pyproject):
         assert key in comfy, key
     assert comfy["PublisherId"] == "mulosd"
     assert comfy["DisplayName"] == "MuLo-SD (Multi-Scale Local Speculative Decoding)"
-    assert re.fullmatch(r"[<>=!~]=?\s*\d+\.\d+(\.\d+)?", comfy["requires-comfyui"])
+    # comfy-cli drops (with only a warning) a version that is not major.minor.patch.
+    assert re.fullmatch(r"[<>=!~]=?\s*\d+\.\d+\.\d+", comfy["requires-comfyui"])
     # A web folder is declared at most once (both ways makes the frontend load it twice).
     init = (ROOT / "__init__.py").read_text()
     assert not ("web" in comfy and re.search(r"^WEB_DIRECTORY\s*=", init, re.M))
+
+
+def test_icon_is_a_small_square_picture_in_the_repo(pyproject):
+    """The registry shows Icon from its URL: it names this repository's copy of docs/images/icon.png."""
+    from PIL import Image
+
+    icon = pyproject["tool"]["comfy"]["Icon"]
+    raw = pyproject["project"]["urls"]["Repository"].replace("https://github.com/", "https://raw.githubusercontent.com/")
+    prefix = raw.rstrip("/") + "/main/"
+    assert icon.startswith(prefix), icon
+    path = ROOT / icon[len(prefix):]
+    assert path.is_file(), f"{path} is missing: python scripts/make_icon.py draws it"
+    with Image.open(path) as img:
+        assert img.format == "PNG" and img.width == img.height <= 400, (img.format, img.size)
+    assert path.stat().st_size < 20_000
+
+
+def source_files() -> set[str]:
+    """Tracked files and new ones git does not ignore: what is not generated."""
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"the packaging test needs the git checkout: {out.stderr}"
+    return {f for f in out.stdout.splitlines() if (ROOT / f).is_file()}
+
+
+def test_sdist_holds_the_pack_and_nothing_generated(tmp_path):
+    """`python -m build --sdist` gives the ComfyUI pack: entry point, nodes, library, embedded models,
+    example graphs, and no test, benchmark, run output or cache (MANIFEST.in says what goes in)."""
+    proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (sdist,) = tmp_path.glob("comfyui_mulosd-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
+    metadata = {n for n in names if n in ("PKG-INFO", "setup.cfg") or n.startswith("comfyui_mulosd.egg-info/")}
+    shipped = names - metadata
+    sources = source_files()
+    assert sorted(shipped - sources) == [], "the sdist carries files that git ignores (generated)"
+    wanted = {f for f in sources if f.startswith(("nodes/", "mulosd_core/", "models/embedded/", "example_workflows/"))}
+    wanted |= {"__init__.py", "requirements.txt", "pyproject.toml", "LICENSE", "README.md"}
+    assert sorted(wanted - shipped) == [], "the sdist lacks part of the pack"
+    assert sorted(shipped - wanted - {"MANIFEST.in"}) == []
 
 
 def test_root_init_defines_mappings():
@@ -91,6 +135,9 @@ def test_comfy_cli_node_validate(tmp_path):
     # Security warnings (exec/eval, several statements on one line) are only warnings
     # today but "will soon be an error" for publishing: keep the pack clean of them.
     assert "All validation checks passed" in out, out
+    # comfy-cli only warns about fields it then leaves out of the registry entry (a version it cannot
+    # parse, an unknown OS or accelerator classifier, a malformed license): none may be dropped.
+    assert "Warning" not in out, out
 
 
 def test_pack_root_imports_without_comfyui(tmp_path):
