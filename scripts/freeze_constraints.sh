@@ -10,9 +10,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$here/scripts/common.sh"
 if [ "$(mulosd_mode)" = latest ]; then
-  VENV="${MULOSD_VENV:-$HOME/.cache/mulosd/venv-latest}"
+  VENV="${MULOSD_VENV:-$(mulosd_cache)/venv-latest}"
 else
-  VENV="${MULOSD_VENV:-$HOME/.cache/mulosd/venv}"
+  VENV="${MULOSD_VENV:-$(mulosd_cache)/venv}"
 fi
 [ -f "$VENV/.mulosd-comfyui-deps-stamp" ] || { echo "[freeze] ERROR: $VENV lacks ComfyUI's requirements; run bash scripts/test.sh first" >&2; exit 1; }
 out="$here/constraints.txt"

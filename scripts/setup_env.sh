@@ -4,10 +4,11 @@
 #
 # Two dependency sets (docs/RUNTIME.md):
 #   pinned (default, CI)   every package at the version constraints.txt pins (the versions of a green
-#                          test run), so a run is reproducible. Venv: ~/.cache/mulosd/venv
+#                          test run), so a run is reproducible. Venv: CACHE/venv
 #   MULOSD_LATEST_DEPS=1   the newest releases requirements*.txt admit, i.e. what a user installing the
 #                          pack today gets; re-resolved once a day, so upstream drift shows here first.
-#                          Venv: ~/.cache/mulosd/venv-latest
+#                          Venv: CACHE/venv-latest
+# CACHE is $XDG_CACHE_HOME/mulosd, or ~/.cache/mulosd without XDG_CACHE_HOME (common.sh: mulosd_cache).
 # Both take torch 2.14.1 / torchvision 0.29.1, the pair that works beside PyPI's torchvision (a CUDA
 # build, even on a CPU machine: about 6.6 GB in all). `mulosd_core` is installed editable (pyproject's
 # [tool.setuptools] lists that package alone), so `import mulosd_core` works from any folder.
@@ -16,6 +17,7 @@
 # constraints.txt, pyproject.toml, mode); a changed recipe reinstalls into it. It refuses, saying what
 # to do, a folder it did not make, a venv of the other mode, and a pinned venv whose packages no longer
 # match constraints.txt. MULOSD_VENV places the venv elsewhere. `--recipe` prints the stamp it wants.
+# Stdout is the venv's path and nothing else; progress (a line per step, its time and size) goes to stderr.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$here/scripts/common.sh"
@@ -27,10 +29,10 @@ TORCH_PINS="torch==2.14.1
 torchvision==0.29.1"
 CONSTRAINTS="$here/constraints.txt"
 if [ "$MODE" = latest ]; then
-  VENV="${MULOSD_VENV:-$HOME/.cache/mulosd/venv-latest}"
+  VENV="${MULOSD_VENV:-$(mulosd_cache)/venv-latest}"
   pins_text="$(date -u +%F)"   # re-resolve the newest versions once a day
 else
-  VENV="${MULOSD_VENV:-$HOME/.cache/mulosd/venv}"
+  VENV="${MULOSD_VENV:-$(mulosd_cache)/venv}"
   [ -f "$CONSTRAINTS" ] || { echo "[setup_env] ERROR: $CONSTRAINTS is missing" >&2; exit 1; }
   pins_text="$(cat "$CONSTRAINTS")"
 fi
@@ -67,11 +69,13 @@ $(printf '%s\n' "$out" | sed 's/^/    /')
 
 install_library() {
   local out
+  step_begin setup_env "mulosd_core from $here (editable)"
   # The build's own chatter (setuptools' licence and editable-mode notices) only when it fails.
   if ! out="$(cd "$here" && "$VENV/bin/python" -m pip install -q --no-deps -e . 2>&1)"; then
     printf '%s\n' "$out" | grep -v "is ignored: it is neither a file nor a directory" >&2
     refuse "the editable install of $here failed"
   fi
+  step_end
 }
 
 # The folder is ours, of this mode, on this python: or say why not.
@@ -109,7 +113,9 @@ if [ -x "$VENV/bin/python" ]; then
   log "updating $VENV to this recipe ($MODE dependencies)"
 else
   log "creating $VENV ($MODE dependencies; first run: a few minutes and about 6.6 GB, CUDA torch even on a CPU)"
+  step_begin setup_env "venv with $PY (Python $py_version)" "$VENV"
   "$PY" -m venv "$VENV"
+  step_end
 fi
 echo "$MODE" > "$made"
 rm -f "$stamp"
@@ -122,10 +128,18 @@ else
   printf '%s\n' "$TORCH_PINS" > "$pin_file"   # newest of everything else; torch stays the working pair
   upgrade=(--upgrade --upgrade-strategy eager)
 fi
+# pip runs quietly (its full log is hundreds of lines): each step says when it starts, and when it ends
+# how long it took and how much the venv grew. The hints are first-install figures on a 2-core machine.
+step_begin setup_env "pip" "$VENV"
 pip_quiet setup_env "$VENV/bin/python" install -q --upgrade pip
+step_end
+step_begin setup_env "$(echo $TORCH_PINS)" "$VENV" "first install: about 2 minutes, 5.5 GB"
 pip_quiet setup_env "$VENV/bin/python" install -q $TORCH_PINS -c "$pin_file"
+step_end
+step_begin setup_env "requirements.txt + requirements-test.txt, $MODE" "$VENV" "first install: about 1 minute"
 pip_quiet setup_env "$VENV/bin/python" install -q "${upgrade[@]}" -c "$pin_file" \
   -r "$here/requirements.txt" -r "$here/requirements-test.txt"
+step_end
 install_library
 echo "$stamp_hash" > "$stamp"
 check_ready

@@ -15,13 +15,9 @@ cd "$here"
 source scripts/common.sh
 echo "[test.sh] dependencies: $(mulosd_mode) ($( [ "$(mulosd_mode)" = latest ] && echo 'newest releases, MULOSD_LATEST_DEPS=1' || echo 'constraints.txt'))" >&2
 
-phase_start=0
-begin() { phase_start=$(date +%s); echo "[test.sh] $1 ..." >&2; }
-end() { echo "[test.sh] $1 took $(( $(date +%s) - phase_start ))s" >&2; }
-
-begin setup_env
+step_begin test.sh setup_env
 VENV="$(bash scripts/setup_env.sh)"
-end setup_env
+step_end
 
 skip_integration="${MULOSD_SKIP_INTEGRATION:-0}"
 extra=()
@@ -29,22 +25,22 @@ if [ "$skip_integration" = 1 ]; then
   echo "[test.sh] MULOSD_SKIP_INTEGRATION=1: no ComfyUI/Chromium setup, tests/integration ignored" >&2
   extra+=(--ignore=tests/integration)
 else
-  begin setup_comfyui
+  step_begin test.sh setup_comfyui
   MULOSD_COMFYUI="$(bash scripts/setup_comfyui.sh)"
   export MULOSD_COMFYUI
-  end setup_comfyui
-  begin setup_browser
+  step_end
+  step_begin test.sh setup_browser
   bash scripts/setup_browser.sh >/dev/null
-  end setup_browser
+  step_end
 fi
 
 if [ "$#" -eq 0 ]; then set -- tests; fi
-begin pytest
+step_begin test.sh pytest
 set +e
 "$VENV/bin/python" -m pytest -q "${extra[@]}" "$@"
 rc=$?
 set -e
-end pytest
+step_end
 if [ "$rc" -eq 5 ]; then
   echo "[test.sh] ERROR: pytest collected no tests (exit 5); a run that tests nothing is a failure" >&2
   exit 1

@@ -7,6 +7,7 @@ library), and every run points MULOSD_VENV at them, so the real cached venvs are
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -160,3 +161,57 @@ def test_project_venv_imports_the_library_from_anywhere_but_not_the_pack(tmp_pat
     out = subprocess.run([sys.executable, "-I", "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == '{"mulosd_core": true, "nodes": false, "bench": false, "tests": false}'
+
+
+def shell_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MULOSD_LATEST_DEPS", "MULOSD_VENV", "MULOSD_COMFYUI", "XDG_CACHE_HOME", "PYTHON", "PYTHONPATH")}
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("xdg", [None, "absolute", "relative/cache"])
+def test_cache_folder_follows_xdg_cache_home_in_shell_and_python(tmp_path, xdg):
+    env = shell_env() if xdg is None else shell_env(XDG_CACHE_HOME=str(tmp_path) if xdg == "absolute" else xdg)
+    sh = subprocess.run(["bash", "-c", f"source {ROOT / 'scripts' / 'common.sh'} && mulosd_cache"], env=env,
+                        capture_output=True, text=True, timeout=60)
+    py = subprocess.run([sys.executable, "-c", "from mulosd_core import devenv; print(devenv.cache_dir(), "
+                         "devenv.comfyui_dir())"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert sh.returncode == 0 and py.returncode == 0, sh.stderr + py.stderr
+    want = tmp_path / "mulosd" if xdg == "absolute" else Path.home() / ".cache" / "mulosd"  # a relative one is ignored
+    assert sh.stdout.strip() == str(want)
+    assert py.stdout.split() == [str(want), str(want / "comfyui")]
+
+
+def test_setup_env_finds_its_venv_under_xdg_cache_home(tmp_path):
+    v = shell_venv(tmp_path / "mulosd" / "venv", {})
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "setup_env.sh")], env=shell_env(XDG_CACHE_HOME=str(tmp_path)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"{v}\n"
+
+
+def test_only_common_sh_and_devenv_spell_the_cache_folder():
+    """Every script and module asks mulosd_cache / devenv, so XDG_CACHE_HOME moves everything at once
+    (comments may still name the usual place)."""
+    spelled = re.compile(r"""\.cache["']?\s*[/)]\s*["']?mulosd""")
+    allowed = {"scripts/common.sh", "mulosd_core/devenv.py", "tests/test_setup_env.py"}
+    found = []
+    for folder in ("scripts", "mulosd_core", "nodes", "tests", "bench", ".ci"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            rel = path.relative_to(ROOT).as_posix()
+            if path.suffix in (".py", ".sh", "") and path.is_file() and rel not in allowed and "results" not in rel:
+                code = [ln for ln in path.read_text(errors="replace").splitlines() if not ln.lstrip().startswith("#")]
+                found += [rel for ln in code if spelled.search(ln)][:1]
+    assert found == []
+
+
+def test_progress_lines_go_to_stderr_with_time_and_size(tmp_path):
+    (tmp_path / "blob").write_bytes(b"x" * 3_000_000)
+    script = (f"source {ROOT / 'scripts' / 'common.sh'}; step_begin tag 'a step' {tmp_path} 'a hint'; "
+              f"head -c 2000000 /dev/zero > {tmp_path}/more; step_end")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert lines[0] == "[tag] a step (a hint) ..."
+    assert re.fullmatch(rf"\[tag\] a step took \d+s; {tmp_path} \+2 MB, now 5 MB", lines[1]), lines[1]

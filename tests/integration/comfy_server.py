@@ -23,11 +23,12 @@ from pathlib import Path
 
 import requests
 
+from mulosd_core import devenv
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # seconds an HTTP request may take: a server under a loaded 2-core machine can answer slowly
 HTTP_TIMEOUT = float(os.environ.get("MULOSD_HTTP_TIMEOUT", "120"))
 PACK_NAME = "mulosd"  # folder name under custom_nodes/, as the Manager would clone it
-DEFAULT_COMFYUI = Path.home() / ".cache" / "mulosd" / "comfyui"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -59,10 +60,10 @@ class ComfyServerError(RuntimeError):
 
 def comfyui_dir() -> Path:
     """The ComfyUI install to test against; a clear error when there is none."""
-    path = Path(os.environ.get("MULOSD_COMFYUI") or DEFAULT_COMFYUI).expanduser()
+    path = devenv.comfyui_dir()
     if not (path / "main.py").is_file():
         raise ComfyServerError(
-            f"No ComfyUI at {path} (MULOSD_COMFYUI or the default ~/.cache/mulosd/comfyui). "
+            f"No ComfyUI at {path} (MULOSD_COMFYUI, or the set-up scripts' default under {devenv.cache_dir()}). "
             "Install it with: bash scripts/setup_comfyui.sh  (or run everything with bash scripts/test.sh)"
         )
     return path

@@ -1,7 +1,7 @@
 """Unit tests of the nodes against the real ComfyUI code (no server, no mocks).
 
 ComfyUI's `comfy_api`, `comfy` and `folder_paths` come from the installed ComfyUI
-(MULOSD_COMFYUI or ~/.cache/mulosd/comfyui, made by scripts/setup_comfyui.sh). The
+(MULOSD_COMFYUI or mulosd_core.devenv.comfyui_dir(), made by scripts/setup_comfyui.sh). The
 pack's `nodes` package is imported as `mulosd_pack.nodes` without running the root
 __init__.py (a package module whose path is the repo root), as ComfyUI imports it
 from custom_nodes/ under its own name. Tiny random LlamaGen models are written to a
@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from mulosd_core import devenv
+
 ROOT = Path(__file__).resolve().parents[2]
-COMFYUI = Path(os.environ.get("MULOSD_COMFYUI") or Path.home() / ".cache" / "mulosd" / "comfyui").expanduser()
+COMFYUI = devenv.comfyui_dir()
 
 
 def _import_pack():
