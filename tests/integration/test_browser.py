@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from workflow_format import ROOT, WORKFLOWS, api_workflows, strip_meta, ui_workflows
+from workflow_format import ROOT, WORKFLOWS, api_workflows, needs_only_shipped_models, strip_meta, ui_workflows
 
 UI = ui_workflows()
 API = api_workflows()
@@ -28,7 +28,11 @@ LOAD_JS = """async ([graph, name]) => {
     const missing = [...new Set(graph.nodes.map(n => n.type).filter(t => !(t in known)))];
     await window.app.loadGraphData(graph, true, true, name, {showMissingNodesDialog: true, showMissingModelsDialog: false});
     const nodes = window.app.graph._nodes;
-    return {missing, loaded: nodes.map(n => n.type), errors: nodes.filter(n => n.has_errors).map(n => n.type)};
+    // A node in error, with the combo widgets whose value is not among its options (a model file this
+    // server lacks: frontends since about 1.5x flag those on load, 1.32.9 did not).
+    const absent = n => (n.widgets || []).filter(w => Array.isArray(w.options?.values) && !w.options.values.includes(w.value));
+    const errors = nodes.filter(n => n.has_errors).map(n => ({type: n.type, absent: absent(n).map(w => w.name)}));
+    return {missing, loaded: nodes.map(n => n.type), errors};
 }"""
 PROMPT_JS = "async () => (await window.app.graphToPrompt()).output"
 FIT_JS = """() => {  // the whole graph in view, clear of the side bar and the top bar
@@ -93,7 +97,10 @@ def test_ui_workflow_loads_with_every_node_known(page, comfy_server, name):
     result = page.evaluate(LOAD_JS, [UI[name], name])
     assert result["missing"] == [], f"{name}: node types unknown to the frontend: {result['missing']}"
     assert sorted(result["loaded"]) == sorted(n["type"] for n in UI[name]["nodes"])
-    assert result["errors"] == []
+    # Newer frontends flag a loader whose file this server lacks (it has the embedded models only): an
+    # error explained by absent choices, in a graph that needs downloads, is expected; any other is not.
+    unexplained = [e for e in result["errors"] if not e["absent"] or needs_only_shipped_models(API[name])]
+    assert unexplained == [], f"{name}: nodes in error: {unexplained}"
     assert not page.get_by_text("Some Nodes Are Missing").count()
     got = page.evaluate(PROMPT_JS)
     info = comfy_server.object_info()
