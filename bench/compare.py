@@ -24,7 +24,15 @@ classifier features against real procedural samples (`make_batch(classes, REAL_S
 bootstrap CI via bootstrap_ci_pair), target NLL of the final grid (mean per-token -log p under
 the target with the sampling's CFG/temperature/top-k/top-p, floor 1e-12), and the same
 against AR with paired intervals (`vs_ar`). With `--models tiny` models and classifier are
-random: the quality numbers are meaningless and labelled so.
+random: the quality numbers are meaningless and labelled so. Those two columns cannot see a
+drafter's smooth image; the measures that can (bench.measures: C2ST against AR and against real
+data through the VQ, multi-scale patch SWD, precision / recall, diversity ratios, the NLL gap)
+are computed on the same images, and each row gets its quality tier (bench.measures.TIER_RULE).
+
+Control rows (left out with --no-controls): `ar_null` (AR at seeds i + 1e6: each detector's noise),
+`drafter_alone_<upsampler>` (the drafter's sample lifted by each upsampler, no target call: what
+verification is for; a measure that passes it is reported blind) and `vq_roundtrip` (real images
+through the VQ: the ceiling of any token model). Their speed columns are not a method's.
 
 Peak memory: on CUDA the max allocated bytes over the method's runs; on CPU the growth of the
 process's max RSS (`resource.getrusage`) during the method's runs -- max RSS never goes down,
@@ -48,7 +56,9 @@ target and drafter, a storage both share counted once), "peak_memory", "accuracy
 and exits non-zero when a consistency check fails (every run also records the checks): token
 count equals the grid size, accepted + resampled == tokens for local-rejection methods, ratios
 come from this invocation's AR runs, ZipAR's target calls equal `schedules.zipar_nfe`, the oracle
-has the fewest target calls among speculative methods.
+has the fewest target calls among speculative methods. The quality check (bench.summary.check_quality)
+also runs: every row has its measures, and with trained models the drafter-alone row is outside the
+tiers on a failed test and no C2ST detector is blind to it.
 """
 from __future__ import annotations
 
@@ -66,11 +76,14 @@ import torch
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, DTYPES, EMBEDDED_FAMILIES
 from mulosd_core.presets import method_presets
 
-from .methods import ALL_METHODS, QUICK_METHODS, QUICK_SAMPLES, run_methods
+from .measures import TIER_RULE
+from .methods import ALL_METHODS, QUICK_METHODS, QUICK_SAMPLES, UPSAMPLERS, control_rows, run_methods
 from .models import default_tag, hardware, load_models, model_info
-from .quality import N_BOOT_FD, N_BOOT_FD_QUICK, REAL_SEED, WALL_RATIO_CI, real_features
-from .summary import check_consistency, summarise
+from .quality import N_BOOT_FD, N_BOOT_FD_QUICK, REAL_SEED, WALL_RATIO_CI, real_features, real_sets
+from .summary import check_consistency, check_quality, summarise, tier_summary
 from .tables import jsonable, markdown, markdown_table, write_plots
+
+SAMPLES = 400          # images per method: the tiers' minimum (bench.measures.TIER_MIN_SAMPLES)
 
 
 def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tuple[dict, dict]:
@@ -86,15 +99,20 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
     if "ar" not in names:
         names.insert(0, "ar")                       # ratios need this invocation's AR
     methods = {n: presets[n] for n in names}
-    samples = args.samples or (QUICK_SAMPLES if args.quick else 200)
+    if not args.no_controls:       # tiny random models have no learned upsampler for their codebook
+        methods.update(control_rows(tuple(u for u in UPSAMPLERS if args.models != "tiny" or u != "learned")))
+    samples = args.samples or (QUICK_SAMPLES if args.quick else SAMPLES)
     invocation = uuid.uuid4().hex
     t0 = time.perf_counter()
     raw = run_methods(models, methods, samples, args.batch, args.warmup,
                       keep_images=models.family.num_classes, progress=not args.no_progress)
     bench_seconds = time.perf_counter() - t0
     real = real_features(models, samples)
+    t1 = time.perf_counter()
     summary = summarise(raw, methods, real, invocation, device,
-                        n_boot_fd=N_BOOT_FD_QUICK if args.quick else N_BOOT_FD)
+                        n_boot_fd=N_BOOT_FD_QUICK if args.quick else N_BOOT_FD, reals=real_sets(models, samples),
+                        vocab=models.target.vocab_size, grid=models.target.grid)
+    measure_seconds = time.perf_counter() - t1
     t = models.target
     result = {
         "command": "python -m bench.compare " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -113,17 +131,19 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
                      "time_split_note": "AR: forward counted as verify, loop overhead in other; zipar/sjd/gsd have no part "
                                         "timers (all under other)",
                      "fd_bootstrap": N_BOOT_FD_QUICK if args.quick else N_BOOT_FD, "wall_ratio_ci": WALL_RATIO_CI,
-                     "bench_seconds": bench_seconds},
+                     "bench_seconds": bench_seconds, "measure_seconds": measure_seconds, "tier_rule": TIER_RULE},
         "methods": summary,
+        "quality": tier_summary(summary),
     }
-    fails = check_consistency(result)
+    fails = check_consistency(result) + ([] if args.no_controls else check_quality(result))
     result["checks"] = {"passed": not fails, "failures": fails}
     return jsonable(result), raw
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=None, help="images per method (default 200, --quick 4)")
+    ap.add_argument("--samples", type=int, default=None, help=f"images per method (default {SAMPLES}, --quick "
+                                                               f"{QUICK_SAMPLES})")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--batch", type=int, default=1, help="batch size (1 is the paper's setting)")
@@ -143,6 +163,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                  "default family adds nothing)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-controls", action="store_true",
+                    help="leave out the control rows (AR with other seeds, the drafter alone, real through the VQ)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     if args.batch < 1 or (args.samples is not None and args.samples < 1) or args.warmup < 0:

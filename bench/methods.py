@@ -8,15 +8,20 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from dataclasses import asdict, dataclass
 
 import torch
 
+from mulosd_core.ar import GenerationResult, generate_ar
 from mulosd_core.engine import MethodConfig, generate
 from mulosd_core.memory import weight_bytes
 from mulosd_core.sampling import SamplingConfig
+from mulosd_core.stats import RunStats
+from mulosd_core.upsample import UpsamplerConfig, upsample_rows
 
+from .measures import to_uint8
 from .models import Models
-from .quality import target_nll
+from .quality import REAL_SEED, target_nll
 
 # mulo_no_pooling (k = 1) is left out while the default itself has k = 1 (presets.MULO_K): it would repeat mulo_islands.
 # every method of presets.method_presets but mulo_self (the shipped targets are trained at one grid only:
@@ -27,6 +32,8 @@ ALL_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_islands", "mu
 QUICK_METHODS = ("ar", "sd", "lantern", "zipar", "sjd", "gsd", "mulo_serial", "mulo_islands", "mulo_oracle")
 QUICK_SAMPLES = 4
 ORACLE = "mulo_oracle"
+NULL_SEED = 1_000_000            # the null control: AR at seeds i + NULL_SEED
+VQ_SEED = REAL_SEED + 1_000_000  # the VQ control: real images at other seeds than the reference's, through the VQ
 GRID_METHOD = "mulo_islands"       # the image grid shows AR vs this
 WARMUP_SEED = 10_000
 TIME_PARTS = ("draft", "upsample", "verify", "resample", "context", "decode", "other")
@@ -55,6 +62,66 @@ class _Progress:
         elif self.done % self.every == 0 or self.done == self.total:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
+
+
+@dataclass(frozen=True)
+class Control:
+    """A reference row that is not a decoding method (docs/DESIGN.md section 10.5): "null" is AR with other
+    seeds (each measure's noise), "drafter_alone" the drafter's own low-res sample lifted by `upsampler` with
+    no target call (what verification exists to correct: a measure that passes it is blind), "vq" real images
+    at other seeds through the VQ (the ceiling of any token model)."""
+    kind: str
+    upsampler: str = "pixel"
+    method: str = "control"
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONTROL_KINDS:
+            raise ValueError(f"control kind must be one of {CONTROL_KINDS}, got {self.kind!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+CONTROL_KINDS = ("null", "drafter_alone", "vq")
+NULL, VQ = "ar_null", "vq_roundtrip"
+DRAFTER_ALONE = "drafter_alone"            # + "_<upsampler>"; the blindness test reads the pixel one
+UPSAMPLERS = ("pixel", "nearest", "embedding", "learned")
+
+
+def control_rows(upsamplers=UPSAMPLERS) -> dict[str, tuple[Control, str | None]]:
+    """Every benchmark run's control rows, named as the tables show them."""
+    rows: dict[str, tuple[Control, str | None]] = {NULL: (Control("null"), None)}
+    rows.update({f"{DRAFTER_ALONE}_{u}": (Control("drafter_alone", u), "low") for u in upsamplers})
+    rows[VQ] = (Control("vq"), None)
+    return rows
+
+
+def is_control(config) -> bool:
+    return isinstance(config, Control)
+
+
+def run_control(models: Models, ctl: Control, cond: torch.Tensor, seed: int, sampling: SamplingConfig) -> GenerationResult:
+    """One batch of a control row, as a GenerationResult of the target's grid."""
+    target = models.target
+    t0 = time.perf_counter()
+    if ctl.kind == "null":
+        return generate(target, cond, sampling, MethodConfig(method="ar"), seed=seed + NULL_SEED)
+    stats = RunStats(method="control", batch=len(cond), tokens=target.num_tokens)
+    with torch.inference_mode():
+        if ctl.kind == "drafter_alone":
+            drafter = models.drafter
+            low = generate_ar(drafter, cond, sampling, seed, decode=False)
+            stats.drafter_calls = low.stats.target_calls
+            with stats.timer("upsample"):
+                tokens = upsample_rows(UpsamplerConfig(kind=ctl.upsampler), drafter, target, low.tokens, drafter.grid)
+        else:
+            fam = models.family
+            real = fam.batch(cond.tolist(), VQ_SEED + seed, size=target.image_size, variation=fam.gpt_variation)
+            tokens = target.encode(real.to(target.device))
+        with stats.timer("decode"):
+            images = target.decode(tokens)
+    stats.seconds["total"] = time.perf_counter() - t0
+    return GenerationResult(tokens, images, stats)
 
 
 def _sync(device: torch.device) -> None:
@@ -105,13 +172,19 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
     raw = {n: {"wall": [], "target_calls": [], "drafter_calls": [], "tokens_per_image": [], "batch": [], "steps": [],
                "waves": [], "seconds": [],
                "accepted": 0, "resampled": 0, "drafted": 0, "tokens_total": 0, "split": [], "mem": 0,
-               "correct": [], "features": [], "nll": [], "images": [], "maps": [], "tokens_in_range": True}
+               "correct": [], "features": [], "nll": [], "images": [], "maps": [], "tokens_in_range": True,
+               "all_images": [], "all_tokens": [], "classes": []}
            for n in names}
+    def run(cfg, kind, cond, seed):
+        if is_control(cfg):
+            return run_control(models, cfg, cond, seed, sampling)
+        return generate(target, cond, sampling, cfg, models.drafter_for(kind), seed=seed)
+
     for n in names:                                   # warm-up (allocator, kernels, rope tables, kNN tables)
         cfg, kind = methods[n]
         raw[n]["weights"] = weight_bytes(target, models.drafter_for(kind))   # a self-drafter adds nothing
         for k in range(warmup):
-            generate(target, torch.tensor([0] * batch), sampling, cfg, models.drafter_for(kind), seed=WARMUP_SEED + k)
+            run(cfg, kind, torch.tensor([0] * batch), WARMUP_SEED + k)
             bar.step(f"warm-up {n}")
     for bi, (i0, b) in enumerate(batches):
         cond = torch.tensor([(i0 + j) % models.family.num_classes for j in range(b)])
@@ -124,7 +197,7 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
             rss0 = _maxrss_bytes()
             _sync(dev)
             t0 = time.perf_counter()
-            res = generate(target, cond, sampling, cfg, models.drafter_for(kind), seed=i0)
+            res = run(cfg, kind, cond, i0)
             _sync(dev)
             wall = time.perf_counter() - t0
             rec["mem"] = max(rec["mem"], int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda"
@@ -151,8 +224,12 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
             rec["correct"].extend((logits.argmax(-1).cpu() == cond).tolist())
             rec["features"].append(feats.float().cpu().numpy())
             rec["nll"].extend(target_nll(target, res.tokens, cond, sampling).tolist())
+            rec["all_images"].append(to_uint8(res.images))   # the quality measures' sets (bench.measures)
+            rec["all_tokens"].append(res.tokens.to(torch.int16).cpu())
+            rec["classes"].extend(cond.tolist())
             if len(rec["images"]) < keep_images:
                 rec["images"].append(res.images.float().cpu())
-                rec["maps"].append(res.maps.float().cpu())
+                if res.maps is not None:
+                    rec["maps"].append(res.maps.float().cpu())
             bar.step(f"{n} sample {i0}")
     return raw

@@ -13,6 +13,7 @@ import torch
 from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair, frechet_distance
 from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
 
+from .measures import SampleSet, to_uint8
 from .models import Models
 
 REAL_SEED = 20_240_601             # real reference samples for the Frechet distance
@@ -42,16 +43,37 @@ def target_nll(target, tokens: torch.Tensor, cond: torch.Tensor, sampling: Sampl
     return -p.log().mean(-1).float().cpu()
 
 
-def real_features(models: Models, samples: int) -> np.ndarray:
+def _real_images(models: Models, samples: int, seed: int) -> tuple[torch.Tensor, list[int]]:
     fam = models.family
     classes = [i % fam.num_classes for i in range(samples)]
-    feats = []
+    imgs = [fam.batch(classes[s:s + 256], seed + s, size=models.target.image_size, variation=fam.gpt_variation)
+            for s in range(0, samples, 256)]
+    return torch.cat(imgs), classes
+
+
+def _features(models: Models, images: torch.Tensor) -> np.ndarray:
+    dev = next(models.classifier.parameters()).device
     with torch.inference_mode():
-        dev = next(models.classifier.parameters()).device
-        for s in range(0, samples, 256):
-            imgs = fam.batch(classes[s:s + 256], REAL_SEED + s, size=models.target.image_size, variation=fam.gpt_variation)
-            feats.append(models.classifier.features(imgs.to(dev)).float().cpu().numpy())
-    return np.concatenate(feats)
+        return np.concatenate([models.classifier.features(images[s:s + 256].to(dev)).float().cpu().numpy()
+                               for s in range(0, len(images), 256)])
+
+
+def real_features(models: Models, samples: int) -> np.ndarray:
+    """Classifier features of `samples` real images (sample i: class i % classes, key REAL_SEED + i)."""
+    return _features(models, _real_images(models, samples, REAL_SEED)[0])
+
+
+def real_sets(models: Models, samples: int) -> tuple[SampleSet, SampleSet]:
+    """The real reference of the quality measures (bench.measures.Context): the real images of
+    `real_features`, and the same images encoded and decoded by the target's VQ."""
+    images, classes = _real_images(models, samples, REAL_SEED)
+    t = models.target
+    with torch.inference_mode():
+        tokens = torch.cat([t.encode(images[s:s + 64].to(t.device)).cpu() for s in range(0, samples, 64)])
+        vq = torch.cat([t.decode(tokens[s:s + 64].to(t.device)).float().cpu() for s in range(0, samples, 64)])
+    cls = np.asarray(classes)
+    return (SampleSet(to_uint8(images), tokens, _features(models, images), cls),
+            SampleSet(to_uint8(vq), tokens, _features(models, vq), cls))
 
 
 def ratio_of_medians(ref: Any, other: Any) -> float:

@@ -10,16 +10,56 @@ from mulosd_core.engine import MethodConfig
 from mulosd_core.metrics import frechet_distance
 from mulosd_core.schedules import zipar_nfe
 
-from .methods import ORACLE, TIME_PARTS, call_costs
+from . import measures as Q
+from .methods import DRAFTER_ALONE, NULL, ORACLE, TIME_PARTS, call_costs, is_control
 from .quality import (N_BOOT_FD, fd_with_ci, iqr, mean_ci, paired_delta, ratio_ci, ratio_of_medians,
                       share_of_oracle)
+
+BLINDNESS_ROW = f"{DRAFTER_ALONE}_pixel"     # the unverified drafter, pixel-lifted: what every measure must see
+
+
+def sample_set(rec: dict) -> Q.SampleSet:
+    """A method's images, tokens and classifier features over all its runs, in sample order."""
+    return Q.SampleSet(torch.cat(rec["all_images"]), torch.cat(rec["all_tokens"]).long(),
+                       np.concatenate(rec["features"]), np.asarray(rec["classes"]))
+
+
+def quality_measures(raw: dict[str, dict], reals: tuple[Q.SampleSet, Q.SampleSet], vocab: int, grid: int,
+                     reference: str = "ar") -> dict[str, dict]:
+    """bench.measures.measure of every row against `reference`'s set and the real sets (raw, VQ)."""
+    ref = raw[reference]
+    ctx = Q.Context(sample_set(ref), reals[0], reals[1], vocab, grid, np.asarray(ref["nll"], float))
+    return {n: Q.measure(sample_set(rec), ctx, np.asarray(rec["nll"], float), against_ar=n != reference)
+            for n, rec in raw.items()}
+
+
+def tier_summary(methods: dict[str, dict], reference: str = "ar") -> dict:
+    """Each row's tier (written into its "tier"), the measures the drafter-alone row shows blind, each
+    measure's test per row, and the null row's failures; None without the measures."""
+    ar = methods.get(reference)
+    if not ar or not ar.get("measures"):
+        return {}
+    flat = {n: {**m["measures"], "accuracy": m["accuracy"], "fd": m["fd"]} for n, m in methods.items()}
+    for n, m in methods.items():
+        m["tier"] = None if n == reference else Q.tier(flat[n], flat[reference])
+    out = {"rule": Q.TIER_RULE, "tests": {n: Q.measure_tests(flat[n], flat[reference]) for n in methods if n != reference}}
+    if BLINDNESS_ROW in flat:
+        out["blind"] = Q.blind_measures(flat[BLINDNESS_ROW], flat[reference])
+        out["blindness_row"] = BLINDNESS_ROW
+    if NULL in flat:
+        out["null_failures"] = Q.null_check(flat[NULL])
+    return out
 
 
 def summarise(raw: dict[str, dict], methods: dict[str, tuple[MethodConfig, str | None]], real: np.ndarray,
               invocation: str, device: torch.device, reference: str = "ar", oracle: str = ORACLE,
-              n_boot_fd: int = N_BOOT_FD) -> dict[str, dict]:
-    """Per-method summary (the JSON's "methods"); ratios against `reference` of the same raw runs."""
+              n_boot_fd: int = N_BOOT_FD, reals: tuple[Q.SampleSet, Q.SampleSet] | None = None,
+              vocab: int = 0, grid: int = 0) -> dict[str, dict]:
+    """Per-method summary (the JSON's "methods"); ratios against `reference` of the same raw runs. With
+    `reals` (bench.quality.real_sets) every row also carries bench.measures' columns ("measures") and its
+    tier ("tier", from tier_summary)."""
     out: dict[str, dict] = {}
+    quality = quality_measures(raw, reals, vocab, grid, reference) if reals is not None and reference in raw else {}
     ref = raw.get(reference)
     ref_correct = np.asarray(ref["correct"], float) if ref else None
     ref_nll = np.asarray(ref["nll"], float) if ref else None
@@ -44,10 +84,11 @@ def summarise(raw: dict[str, dict], methods: dict[str, tuple[MethodConfig, str |
             vs_ar = {"accuracy_delta": da, "accuracy_delta_ci": da_ci, "nll_delta": dn, "nll_delta_ci": dn_ci,
                      "fd_to_ar": frechet_distance(feats, ref_feats) if len(feats) >= 2 else None}
         out[n] = {
-            "kind": cfg.method, "drafter": kind, "config": cfg.to_dict(),
+            "kind": cfg.method, "drafter": kind, "config": cfg.to_dict(), "control": is_control(cfg),
+            "measures": quality.get(n), "tier": None,
             "target_calls": tc,
             "drafter_calls": float(np.mean(rec["drafter_calls"])),
-            "tokens_per_target_call": tokens_img / max(tc, 1e-12),
+            "tokens_per_target_call": tokens_img / tc if tc else None,
             "acceptance_rate": (rec["accepted"] / rec["drafted"]) if rec["drafted"] else None,
             "resampled_fraction": rec["resampled"] / max(rec["tokens_total"], 1),
             "wall_seconds_median": float(np.median(wall)),
@@ -76,6 +117,7 @@ def summarise(raw: dict[str, dict], methods: dict[str, tuple[MethodConfig, str |
         o = out[oracle]["wall_ratio_vs_ar"]
         for n in out:
             out[n]["share_of_oracle"] = share_of_oracle(out[n]["wall_ratio_vs_ar"], o)
+    tier_summary(out, reference)
     return out
 
 
@@ -126,4 +168,31 @@ def check_consistency(result: dict, rel: float = 1e-9) -> list[str]:
     if "ar" in methods and methods["ar"].get("wall_ratio_vs_ar") is not None \
             and not math.isclose(methods["ar"]["wall_ratio_vs_ar"], 1.0, rel_tol=1e-12):
         fails.append(f"ar: wall ratio against itself is {methods['ar']['wall_ratio_vs_ar']}, not 1")
+    return fails
+
+
+def check_quality(result: dict) -> list[str]:
+    """Failures (empty when sound) of a results dict's quality columns: every row carries them; with trained
+    models (settings.quality_meaningful) the drafter-alone row falls outside the tiers on a failed test, not
+    only for want of samples, and no C2ST detector is blind to it. A detector that goes blind fails the run."""
+    methods = result.get("methods", {})
+    fails = [f"{n}: no quality measures" for n, m in methods.items() if not m.get("measures")]
+    if fails or not result.get("settings", {}).get("quality_meaningful"):
+        return fails
+    for n, m in methods.items():
+        q = m["measures"]
+        if q["samples"] >= Q.MIN_SAMPLES and n != "ar":
+            missing = [d for d in Q.DETECTORS if d not in (q.get("c2st_ar") or {})]
+            fails += [f"{n}: no C2ST against AR for {missing}"] if missing else []
+        fails += [f"{n}: no patch SWD at {lvl}" for lvl in Q.SWD_LEVELS if (q.get("swd") or {}).get(lvl) is None]
+    row = methods.get(BLINDNESS_ROW)
+    if row is None:
+        return fails + [f"no {BLINDNESS_ROW} row: the blindness test did not run"]
+    t = row.get("tier") or {}
+    failed = [w for w in t.get("why", []) if not w.startswith("only ")]
+    if t.get("tier") != Q.OUTSIDE or not failed:
+        fails.append(f"{BLINDNESS_ROW} is not outside the tiers on a failed test: {t}")
+    blind = [d for d in Q.DETECTORS if f"C2ST vs AR ({d})" in (result.get("quality") or {}).get("blind", [])]
+    if blind:
+        fails.append(f"C2ST detectors blind to the unverified drafter ({BLINDNESS_ROW}): {blind}")
     return fails

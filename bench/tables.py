@@ -7,6 +7,7 @@ import os
 import numpy as np
 import torch
 
+from . import measures as Q
 from .methods import GRID_METHOD, TIME_PARTS
 from .quality import FD_INTERVAL_NOTE
 
@@ -33,14 +34,14 @@ def _mem(m: dict) -> str:
 
 def markdown_table(result: dict, paper: dict | None = None) -> str:
     """The results table (one row per method); `paper` adds a column of published figures."""
-    head = ["method", "target calls", "drafter calls", "tokens/target call", "acceptance", "resampled",
+    head = ["method", "tier", "target calls", "drafter calls", "tokens/target call", "acceptance", "resampled",
             "s/image (median, IQR)", "speed-up vs AR [95% CI]", "share of oracle", "accuracy [CI]",
             "FD [CI]", "NLL [CI]", "weights", "peak memory"]
     if paper is not None:
         head.append("paper (different scale/hardware)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in result["methods"].items():
-        row = [name, fmt_num(m["target_calls"], "{:.1f}"), fmt_num(m["drafter_calls"], "{:.1f}"),
+        row = [name, tier_label(name, m), fmt_num(m["target_calls"], "{:.1f}"), fmt_num(m["drafter_calls"], "{:.1f}"),
                fmt_num(m["tokens_per_target_call"], "{:.2f}"), fmt_num(m["acceptance_rate"], "{:.2f}"),
                fmt_num(m["resampled_fraction"], "{:.2f}"),
                f"{fmt_num(m['wall_seconds_median'], '{:.3f}')} ({fmt_num(m['wall_seconds_iqr'], '{:.3f}')})",
@@ -55,6 +56,62 @@ def markdown_table(result: dict, paper: dict | None = None) -> str:
             row.append(paper.get(name, ""))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def tier_label(name: str, m: dict) -> str:
+    """A row's tier as the tables show it: "reference" for AR, "control" rows marked, "-" without measures."""
+    t = m.get("tier")
+    if name == "ar":
+        return "reference"
+    label = "-" if not t else t["tier"] + ("" if t["powered"] or t["tier"] == Q.OUTSIDE else " (underpowered)")
+    return f"control: {label}" if m.get("control") else label
+
+
+def _c2st(c: dict | None, d: str) -> str:
+    if not c or d not in c:
+        return "-"
+    return f"{c[d]['accuracy']:.2f}{fmt_ci(c[d]['ci'], '{:.2f}')}"
+
+
+def quality_table(result: dict) -> str:
+    """bench.measures' columns, one row per method: C2ST against AR per detector, the strongest C2ST against
+    real data through the VQ, patch SWD x 1e3 per level, precision / recall per feature space, diversity as
+    ratios to AR, the NLL gap to AR; the header marks a measure the drafter-alone row shows blind."""
+    blind = set((result.get("quality") or {}).get("blind", []))
+    mark = lambda label, test: label + (" (blind)" if test in blind else "")
+    head = (["method", "tier"] + [mark(f"C2ST vs AR {d}", f"C2ST vs AR ({d})") for d in Q.DETECTORS]
+            + ["C2ST vs real (max)"] + [mark(f"SWD {lvl}", f"SWD {lvl}") for lvl in Q.SWD_LEVELS]
+            + [mark(f"{m[0].upper()} {sp}", f"{m} ({sp})") for sp in Q.PR_SPACES for m in ("precision", "recall")]
+            + [mark(f"{d} / AR", f"diversity {d}") for d in Q.DIVERSITY] + [mark("NLL gap", "NLL gap")])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in result["methods"].items():
+        q = m.get("measures")
+        if not q:
+            continue
+        real = q.get("c2st_real") or {}
+        row = [name, tier_label(name, m)] + [_c2st(q.get("c2st_ar"), d) for d in Q.DETECTORS]
+        row.append(f"{real['max']:.2f} ({real['max_detector']})" if real else "-")
+        row += [fmt_num((q.get("swd") or {}).get(lvl), "{:.0f}") for lvl in Q.SWD_LEVELS]
+        row += [fmt_num((q.get(pm) or {}).get(sp), "{:.2f}") for sp in Q.PR_SPACES for pm in ("precision", "recall")]
+        row += [fmt_num((q.get("diversity_ratio") or {}).get(d), "{:.2f}") for d in Q.DIVERSITY]
+        row.append(fmt_num(q.get("nll_gap"), "{:+.3f}"))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def quality_notes(result: dict) -> list[str]:
+    """The tier rule, the blind measures and the null control's verdict, as lines of text."""
+    q = result.get("quality") or {}
+    if not q:
+        return []
+    out = [f"Tiers: {q['rule']}", ""]
+    if "blind" in q:
+        out.append(f"Blind (the unverified drafter's image, `{q['blindness_row']}`, passes their test against AR): "
+                   + (", ".join(q["blind"]) if q["blind"] else "none") + ".")
+    if "null_failures" in q:
+        out.append("Null control (AR against AR with other seeds): " + ("every detector within 0.5 +- "
+                   f"{Q.NULL_BAND}." if not q["null_failures"] else "; ".join(q["null_failures"]) + "."))
+    return out + [""]
 
 
 def time_split_table(result: dict) -> str:
@@ -94,7 +151,15 @@ def markdown(result: dict) -> str:
             f"{ci_statistic(result)}. Share of oracle = speed-up / mulo_oracle's speed-up. Counters are per "
             "generate call (per image at batch 1). FD in classifier features against real samples; NLL = mean "
             f"per-token -log p under the target with the sampling's CFG/temperature. {FD_INTERVAL_NOTE}", "",
-            markdown_table(result), "", "## Time split (seconds per image)", "",
+            markdown_table(result), "", "## Quality measures (bench.measures)", "",
+            "C2ST: held-out accuracy of a detector telling the row's images from AR's (vs AR) or from real images "
+            "through the VQ (vs real), 0.5 = indistinguishable, [95% interval over pairs]; SWD: patch sliced "
+            "Wasserstein distance x 1e3 against real images at full, half and quarter resolution; P / R: k-NN "
+            "precision and recall (k = 3) against real images through the VQ, in the classifier's and in "
+            "spectral features; diversity: unique codes per image, within-class pixel distance and "
+            "high-frequency energy as ratios to AR's; NLL gap: nats per token against AR's own samples (lower "
+            "is not better).", "", quality_table(result), "", *quality_notes(result),
+            "## Time split (seconds per image)", "",
             "ZipAR, SJD and GSD have no part timers in the engine: their time is under other.", "",
             time_split_table(result), "", "## Cost per call", "", call_cost_table(result), ""]
     chk = result.get("checks", {})
@@ -127,6 +192,13 @@ def write_plots(result: dict, raw: dict, out: str, tag: str, image_size: int) ->
     paths = []
     ms = result["methods"]
     note = None if result["settings"].get("quality_meaningful", True) else "random models/classifier: quality meaningless"
+    c2st = {n: ((m.get("measures") or {}).get("c2st_ar") or {}).get("max") for n, m in ms.items()}
+    if any(v is not None for v in c2st.values()):
+        p = os.path.join(out, f"{tag}-pareto-c2st.png")
+        scatter([(n, m["wall_ratio_vs_ar"], c2st[n]) for n, m in ms.items()], "speed-up vs AR (x)",
+                f"C2ST vs AR, strongest detector (0.5 = indistinguishable; {Q.C2ST_MAX} = the tier's edge)",
+                f"{tag}: speed-up vs C2ST against AR", p, note=note)
+        paths.append(p)
     for metric, label in (("accuracy", "classifier accuracy"), ("fd", "Frechet distance (lower is better)")):
         p = os.path.join(out, f"{tag}-pareto-{metric}.png")
         scatter([(n, m["wall_ratio_vs_ar"], m[metric]) for n, m in ms.items()], "speed-up vs AR (x)", label,

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from bench import compare as C
-from bench.methods import QUICK_METHODS, TIME_PARTS
+from bench import measures as Q
+from bench.methods import QUICK_METHODS, TIME_PARTS, UPSAMPLERS, control_rows
 from bench import report as R
 
 TOP = {"command", "date", "hardware", "samples", "settings", "methods", "checks", "invocation"}
@@ -40,7 +41,8 @@ def test_quick_json_schema(quick_run):
     assert TOP <= set(res)
     assert {"processor", "cpu_count", "torch", "device_name"} <= set(res["hardware"])
     assert res["samples"] == 2 and res["settings"]["quality_meaningful"] is False
-    assert set(QUICK_METHODS) == set(res["methods"])
+    controls = control_rows(tuple(u for u in UPSAMPLERS if u != "learned"))   # tiny models have no learned upsampler
+    assert set(QUICK_METHODS) | set(controls) == set(res["methods"])
     assert {"ar", "mulo_islands", "zipar", "sjd", "sd"} <= set(res["methods"])
     for name, m in res["methods"].items():
         assert PER_METHOD <= set(m), (name, PER_METHOD - set(m))
@@ -50,6 +52,11 @@ def test_quick_json_schema(quick_run):
         assert len(m["runs"]["wall_seconds"]) == 2
         assert m["ratio_reference"]["invocation"] == res["invocation"]
         assert 0.0 <= m["accuracy"] <= 1.0 and m["nll"] > 0
+        assert set(m["measures"]["swd"]) == set(Q.SWD_LEVELS) and set(m["measures"]["diversity_ratio"]) == set(Q.DIVERSITY)
+        assert m["measures"]["c2st_ar"] is None            # 2 images per side: too few pairs for a C2ST
+        assert name == "ar" or m["tier"]["tier"] == Q.OUTSIDE
+    assert all(res["methods"][c]["control"] for c in controls)
+    assert res["quality"]["rule"] == Q.TIER_RULE
     assert res["methods"]["ar"]["wall_ratio_vs_ar"] == 1.0
     assert res["methods"]["mulo_oracle"]["share_of_oracle"] == 1.0
     assert res["methods"]["ar"]["acceptance_rate"] is None        # AR drafts nothing
@@ -74,3 +81,23 @@ def test_report_fills_markers_and_keeps_the_rest(quick_run, tmp_path):
     assert R.main(args) == 0 and R.main(args + ["--check"]) == 0
     again = readme.read_text()
     assert again.count(R.START) == 1 and again.endswith("## After\n\nkept\n") and again.startswith(original)
+
+
+def test_quick_embedded_drafter_alone_fails_the_tiers(tmp_path):
+    """On the trained scenes pair, 48 images per side: the quality check of `bench.compare` passes only if the
+    unverified drafter's image falls outside the tiers and every C2ST detector tells it from AR's (a detector
+    gone blind fails this test)."""
+    threads = torch.get_num_threads()
+    try:
+        rc = C.main(["--quick", "--methods", "ar", "--samples", "48", "--out", str(tmp_path), "--no-progress",
+                     "--threads", "1", "--no-plots"])
+    finally:
+        torch.set_num_threads(threads)
+    res = json.loads((tmp_path / "cpu-embedded-quick.json").read_text())
+    assert rc == 0 and res["checks"]["passed"], res["checks"]
+    blind = res["quality"]["blind"]
+    assert not [b for b in blind if b.startswith("C2ST vs AR") or b.startswith("SWD")], blind
+    row = res["methods"]["drafter_alone_pixel"]
+    assert row["tier"]["tier"] == Q.OUTSIDE
+    assert all(row["measures"]["c2st_ar"][d]["accuracy"] > Q.C2ST_MAX for d in Q.DETECTORS)
+    assert {"ar_null", "vq_roundtrip", "drafter_alone_learned"} <= set(res["methods"])
