@@ -17,6 +17,7 @@ from mulosd_core.engine import MethodConfig, generate
 from mulosd_core.memory import weight_bytes
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.stats import RunStats
+from mulosd_core.textbar import TextBar
 from mulosd_core.upsample import UpsamplerConfig, upsample_rows
 
 from .measures import to_uint8
@@ -37,31 +38,6 @@ VQ_SEED = REAL_SEED + 1_000_000  # the VQ control: real images at other seeds th
 GRID_METHOD = "mulo_islands"       # the image grid shows AR vs this
 WARMUP_SEED = 10_000
 TIME_PARTS = ("draft", "upsample", "verify", "resample", "context", "decode", "other")
-
-
-class _Progress:
-    """One stderr line: `[bench] 12/104 mulo_islands sample 3 0.41s eta 40s`."""
-
-    def __init__(self, total: int, enabled: bool = True, label: str = "bench") -> None:
-        self.total, self.done, self.enabled, self.label = total, 0, enabled, label
-        self.t0 = time.perf_counter()
-        self.tty = sys.stderr.isatty()
-        self.every = max(1, total // 20)
-
-    def step(self, what: str) -> None:
-        self.done += 1
-        if not self.enabled:
-            return
-        el = time.perf_counter() - self.t0
-        eta = el / self.done * (self.total - self.done)
-        line = f"[{self.label}] {self.done}/{self.total} {what} elapsed {el:.0f}s eta {eta:.0f}s"
-        if self.tty:
-            sys.stderr.write("\r" + line.ljust(100))
-            if self.done == self.total:
-                sys.stderr.write("\n")
-        elif self.done % self.every == 0 or self.done == self.total:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
 
 
 @dataclass(frozen=True)
@@ -168,7 +144,7 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
     sampling = sampling or models.sampling
     names = list(methods)
     batches = [(i, min(batch, samples - i)) for i in range(0, samples, batch)]
-    bar = _Progress(warmup * len(names) + len(batches) * len(names), progress, label)
+    bar = TextBar(warmup * len(names) + len(batches) * len(names), progress, label)
     raw = {n: {"wall": [], "target_calls": [], "drafter_calls": [], "tokens_per_image": [], "batch": [], "steps": [],
                "waves": [], "seconds": [],
                "accepted": 0, "resampled": 0, "drafted": 0, "tokens_total": 0, "split": [], "mem": 0,
