@@ -486,6 +486,28 @@ def tier(row: dict, ar: dict) -> dict:
     return {"tier": name, "indistinguishable": ind, "as_good": good, "powered": powered, "why": why}
 
 
+SCREEN_SLACK = 0.10     # screening only: SWD may be this much (relative) and precision / recall this much (absolute)
+                        # beyond the tier's bound before a few-sample row counts as clearly outside
+
+
+def screen(row: dict, ar: dict) -> dict:
+    """A few-sample verdict for the sweep's screening stages: which tiers a row is not clearly outside.
+    A C2ST test fails clearly when its 95% interval lies above the bound (not its point estimate); SWD and
+    precision / recall get SCREEN_SLACK. Passing a screen is not a tier: only `tier` at TIER_MIN_SAMPLES is."""
+    c = row.get("c2st_ar") or {}
+    ind = bool(c) and all(c[d]["ci"][0] <= C2ST_MAX for d in DETECTORS if d in c)
+    real, ar_real = row.get("c2st_real") or {}, ar.get("c2st_real") or {}
+    good = bool(real) and bool(ar_real) and real[real["max_detector"]]["ci"][0] <= ar_real["max"] + C2ST_REAL_TOL
+    for lvl in SWD_LEVELS:
+        v, va = (row.get("swd") or {}).get(lvl), (ar.get("swd") or {}).get(lvl)
+        good &= v is not None and va is not None and v <= SWD_TOL * (1 + SCREEN_SLACK) * va
+    for m in ("precision", "recall"):
+        for sp, va in (ar.get(m) or {}).items():
+            v = (row.get(m) or {}).get(sp)
+            good &= v is not None and v >= va - PR_TOL - SCREEN_SLACK
+    return {INDISTINGUISHABLE: ind, AS_GOOD: good or ind}
+
+
 def in_tier(verdict: dict | None, which: str) -> bool:
     if not verdict:
         return False

@@ -16,17 +16,20 @@ same classes and seeds (sample i: class i % the number of classes, seed i; metho
                  2D RoPE lets them run at others but their quality there is unknown and likely poor:
                  rows at non-native grids are labelled "untrained grid" and are not a quality claim.
 
-Selection rule (applied in stages 1-5, against that stage's own AR runs):
-  a setting qualifies when its classifier accuracy >= AR accuracy - 0.03 (3 points) and its
-  Frechet distance (classifier features vs real samples) <= 1.15 x AR's FD (within 15%);
-  the chosen setting is the qualifying one with the highest wall-time speed-up over AR
-  (median AR s/image / median setting s/image). When no setting qualifies, the preset's current
-  value is kept and the output says so. Stages are chosen greedily (tau and k jointly, then l,
-  then w, then rows), each building on the earlier choices. With fewer than 2 samples FD is undefined and
-  only the accuracy condition applies.
+Selection rule: the quality tiers of bench.measures (TIER_RULE), never the classifier's accuracy or FD
+(they cannot see a drafter's smooth image). Stages 1-5 screen at `--samples` images per setting
+(bench.measures.screen: a setting survives unless it is clearly outside "as good as AR", its C2ST's
+95% interval above the bound or its SWD / precision / recall beyond the bound with a margin); each
+stage keeps the fastest survivor and the next stage builds on it (tau and k jointly, then w, rows,
+recheck). The final stage runs the `--final-top` fastest survivors of every stage, plus the paper's
+settings as an anchor, at `--final-samples` (default bench.measures.TIER_MIN_SAMPLES) each against
+their own AR runs and gives each its tier (bench.measures.tier). The chosen defaults are the fastest
+setting "as good as AR"; the fastest "indistinguishable" one is recorded beside it (the family's
+named preset). Whether either beats AR's wall time is part of the result: nothing is chosen outside
+a tier, and when no setting is inside one the preset values are kept and the output says so.
 
-Writes <out>/sweep-<models>[-quick].json and .md, Pareto PNGs per stage (speed-up vs accuracy and vs
-FD, <tag>-pareto-<stage>-<metric>.png), and prints the chosen defaults (to be copied into
+Writes <out>/sweep-<models>[-quick].json and .md, a frontier PNG per stage (speed-up vs the strongest
+C2ST against AR, <tag>-pareto-<stage>-c2st.png), and prints the chosen defaults (to be copied into
 mulosd_core/presets.py by whoever owns it). With --models tiny everything is random: the run
 only exercises the code path.
 """
@@ -53,9 +56,10 @@ from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, DTYPES, EMBEDDED_FAMILIES
 from mulosd_core.upsample import KINDS, UpsamplerConfig
 
+from . import measures as Q
 from .methods import run_methods
 from .models import Models, hardware, load_models, model_info, models_tag
-from .quality import N_BOOT_FD, N_BOOT_FD_QUICK, real_features
+from .quality import N_BOOT_FD, N_BOOT_FD_QUICK, real_features, real_sets
 from .summary import summarise
 from .tables import fmt_ci, fmt_num, jsonable
 
@@ -71,44 +75,39 @@ DELTAS = (0.05, 0.1, 0.2, 0.4)
 GRID_FACTORS = (1.0, 1.5, 2.0)
 RECHECKS = (0, 1, 4, 16, 64)   # --recheck-only: rounds of VerifierConfig.recheck (our extension; 0 = the paper)
 QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), rows=(1, 2), rechecks=(0, 2), deltas=(0.1, 0.4))
-FINAL_SAMPLES = 120     # samples per candidate in the final stage (--final-samples)
+SCREEN_SAMPLES = 64     # samples per setting in the screening stages (--samples)
+FINAL_SAMPLES = Q.TIER_MIN_SAMPLES     # samples per candidate in the final stage (--final-samples): a tier needs them
 FINAL_TOP = 6           # candidates carried into it: the fastest qualifying settings of the stages (--final-top)
-ACC_TOL = 0.03          # accuracy may drop at most 3 points below AR's
-FD_TOL = 0.15           # FD may be at most 15% above AR's
-RULE = (f"stages (chosen greedily): fastest setting (highest median-wall-time speed-up over AR of the same stage) "
-        f"whose classifier accuracy >= AR accuracy - {ACC_TOL:.2f} and whose FD <= {1 + FD_TOL:.2f} x AR FD; final "
-        f"stage (the defaults): the fastest candidate whose paired bootstrap 95% interval of the accuracy difference "
-        f"to AR lies above -{ACC_TOL:.2f} (its lower end, not the point estimate) and whose FD <= {1 + FD_TOL:.2f} x "
-        f"AR FD; if none qualifies the preset values are kept")
+RULE = (f"screening stages (greedy): the fastest setting not clearly outside '{Q.AS_GOOD}' at the stage's samples "
+        f"(bench.measures.screen); final stage: every finalist's tier at the final samples (bench.measures.tier, "
+        f"{Q.TIER_RULE}); defaults: the fastest '{Q.AS_GOOD}' finalist, with the fastest '{Q.INDISTINGUISHABLE}' one "
+        f"beside it; nothing is chosen outside a tier")
 
 
-def qualifies(row: dict, ar: dict, acc_tol: float = ACC_TOL, fd_tol: float = FD_TOL) -> bool:
-    """The quality side of the rule (accuracy within acc_tol of AR's, FD within fd_tol relative)."""
-    acc, ar_acc = row.get("accuracy"), ar.get("accuracy")
-    if acc is None or ar_acc is None or acc < ar_acc - acc_tol - 1e-12:
-        return False
-    fd, ar_fd = row.get("fd"), ar.get("fd")
-    if fd is None or ar_fd is None:      # undefined FD (too few samples): accuracy alone decides
-        return True
-    return fd <= ar_fd * (1 + fd_tol) + 1e-12
+def passes(row: dict, which: str = Q.AS_GOOD) -> bool:
+    """Whether a stage row is in tier `which`: its tier verdict where it has one (the final stage), else its
+    screen (the screening stages)."""
+    if row.get("tier") is not None:
+        return Q.in_tier(row["tier"], which)
+    return bool((row.get("screen") or {}).get(which))
 
 
-def qualifies_paired(row: dict, ar: dict, acc_tol: float = ACC_TOL, fd_tol: float = FD_TOL) -> bool:
-    """The final stage's rule: the lower end of the paired bootstrap interval of accuracy(row) - accuracy(AR)
-    (same classes and seeds) is >= -acc_tol, so the verdict does not rest on a lucky point estimate; FD as
-    in `qualifies`."""
-    ci = (row.get("vs_ar") or {}).get("accuracy_delta_ci")
-    if not ci or ci[0] is None or ci[0] < -acc_tol - 1e-12:
-        return False
-    fd, ar_fd = row.get("fd"), ar.get("fd")
-    return fd is None or ar_fd is None or fd <= ar_fd * (1 + fd_tol) + 1e-12
-
-
-def choose(rows: list[dict], ar: dict, rule=qualifies) -> dict | None:
-    """The row passing `rule` with the highest wall_ratio_vs_ar (None when none does)."""
-    ok = [r for r in rows if rule(r, ar) and r.get("wall_ratio_vs_ar") is not None
+def choose(rows: list[dict], which: str = Q.AS_GOOD) -> dict | None:
+    """The row in tier `which` (see passes) with the highest wall_ratio_vs_ar (None when none is)."""
+    ok = [r for r in rows if passes(r, which) and r.get("wall_ratio_vs_ar") is not None
           and math.isfinite(r["wall_ratio_vs_ar"])]
     return max(ok, key=lambda r: (r["wall_ratio_vs_ar"], -(r.get("target_calls") or 0))) if ok else None
+
+
+def compact_measures(q: dict | None) -> dict | None:
+    """The measures a sweep row keeps: C2ST against AR and real (strongest, with its interval), SWD, P/R."""
+    if not q:
+        return None
+    ar, real = q.get("c2st_ar") or {}, q.get("c2st_real") or {}
+    pick = lambda c: {"max": c["max"], "detector": c["max_detector"], "ci": c[c["max_detector"]]["ci"]} if c else None
+    return {"samples": q["samples"], "c2st_ar": pick(ar), "c2st_real": pick(real), "swd": q.get("swd"),
+            "precision": q.get("precision"), "recall": q.get("recall"), "diversity_ratio": q.get("diversity_ratio"),
+            "nll_gap": q.get("nll_gap")}
 
 
 KEEP = ("target_calls", "drafter_calls", "tokens_per_target_call", "acceptance_rate", "resampled_fraction",
@@ -117,22 +116,30 @@ KEEP = ("target_calls", "drafter_calls", "tokens_per_target_call", "acceptance_r
 
 
 def run_stage(name: str, models: Models, settings: dict[str, tuple[dict, MethodConfig, str]], samples: int,
-              batch: int, warmup: int, n_boot_fd: int, real, progress: bool, rule=qualifies) -> dict:
-    """settings: label -> (params, config, drafter kind). Returns {"ar": summary, "rows": [...]}."""
+              batch: int, warmup: int, n_boot_fd: int, real, progress: bool, final: bool = False) -> dict:
+    """settings: label -> (params, config, drafter kind). Every row is measured (bench.measures) against this
+    stage's AR runs; screening rows get their screen, `final` rows their tier. Returns {"ar", "rows", "chosen"
+    (the fastest as good as AR), "indistinguishable" (the fastest indistinguishable, final stage only)}."""
     methods = {"ar": (MethodConfig(method="ar"), None)}
     methods.update({label: (cfg, kind) for label, (_, cfg, kind) in settings.items()})
     raw = run_methods(models, methods, samples, batch, warmup, progress=progress, label=f"sweep:{name}")
-    summ = summarise(raw, methods, real, uuid.uuid4().hex, models.target.device, n_boot_fd=n_boot_fd)
-    ar = {k: summ["ar"][k] for k in KEEP}
+    summ = summarise(raw, methods, real, uuid.uuid4().hex, models.target.device, n_boot_fd=n_boot_fd,
+                     reals=real_sets(models, samples), vocab=models.target.vocab_size, grid=models.target.grid)
+    ar_full = {**summ["ar"]["measures"], "accuracy": summ["ar"]["accuracy"], "fd": summ["ar"]["fd"]}
+    ar = {**{k: summ["ar"][k] for k in KEEP}, "measures": compact_measures(summ["ar"]["measures"])}
     rows = []
     for label, (params, cfg, kind) in settings.items():
-        row = {"label": label, "params": params, **{k: summ[label][k] for k in KEEP}}
-        row["qualifies"] = rule(row, ar)
+        m = summ[label]
+        row = {"label": label, "params": params, **{k: m[k] for k in KEEP}, "measures": compact_measures(m["measures"])}
+        row["tier"] = m["tier"] if final else None
+        row["screen"] = None if final else Q.screen(m["measures"], ar_full)
+        row["qualifies"] = passes(row)
         rows.append(row)
-    best = choose(rows, ar, rule)
+    best, ind = choose(rows), choose(rows, Q.INDISTINGUISHABLE) if final else None
     for r in rows:
         r["chosen"] = best is not None and r["label"] == best["label"]
-    return {"ar": ar, "rows": rows, "chosen": best["label"] if best else None}
+    return {"ar": ar, "rows": rows, "chosen": best["label"] if best else None,
+            "indistinguishable": ind["label"] if ind else None}
 
 
 def _preset_settings(family: str | None, upsampler: str = "pixel", recheck: int | None = None,
@@ -215,9 +222,10 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
           progress: bool = True, upsampler: str = "pixel", recheck: int | None = None,
           recheck_scope: str | None = None, final_samples: int = FINAL_SAMPLES, final_top: int = FINAL_TOP,
           self_drafting: bool = False) -> dict:
-    """Greedy stages at `samples` each (tau x k x l jointly, then w, rows, recheck, LANTERN's delta), then a
-    final stage: the `final_top` fastest settings that qualified in any stage, at `final_samples` each against
-    their own AR runs, judged by the paired-interval rule (qualifies_paired). Its winner is the chosen default.
+    """Greedy screening stages at `samples` each (tau x k x l jointly, then w, rows, recheck, LANTERN's delta),
+    then a final stage: the `final_top` fastest settings that survived any screen, and the paper's settings as
+    an anchor, at `final_samples` each against their own AR runs, each given its tier. The fastest "as good as
+    AR" finalist is the chosen default, the fastest "indistinguishable" one is recorded beside it.
     `self_drafting`: the target drafts for itself (drafter kind "self"); LANTERN's stage, which needs the
     same-resolution drafter, is left out."""
     g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, rechecks=SWEPT_RECHECKS,
@@ -232,7 +240,7 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     drafter = "self" if self_drafting else "low"
     cur = dict(before)
     kept: list[str] = []
-    candidates: dict[str, dict] = {}     # label -> full settings, speed-up: every setting that qualified
+    candidates: dict[str, dict] = {}     # label -> full settings, speed-up: every setting that survived a screen
 
     def stage(name: str, over: list[dict]) -> None:
         settings = {}
@@ -267,26 +275,32 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
         best = next((r for r in lantern["rows"] if r["chosen"]), None)
         if best:
             delta = best["params"]["delta"]
-    final = None
     top = sorted(candidates.items(), key=lambda kv: -kv[1]["speed"])[:final_top]
-    if top:
-        n = max(final_samples, samples)
-        settings = {label: (c["settings"], _mulo_at(c["settings"]), drafter) for label, c in top}
-        t0 = time.perf_counter()
-        final = run_stage("final", models, settings, n, batch, warmup, n_boot_fd, real_features(models, n), progress,
-                          rule=qualifies_paired)
-        final["seconds"] = time.perf_counter() - t0
-        final["samples"] = n
-        stages["final"] = final
-    chosen_row = next((r for r in final["rows"] if r["chosen"]), None) if final else None
+    paper = _preset_settings(P.PAPER, upsampler)
+    settings = {label: (c["settings"], _mulo_at(c["settings"]), drafter) for label, c in top}
+    settings.setdefault(f"paper: {_settings_label(paper)}", (paper, _mulo_at(paper), drafter))
+    n = max(final_samples, samples)
+    t0 = time.perf_counter()
+    final = run_stage("final", models, settings, n, batch, warmup, n_boot_fd, real_features(models, n), progress,
+                      final=True)
+    final["seconds"] = time.perf_counter() - t0
+    final["samples"] = n
+    stages["final"] = final
+    rows = {r["label"]: r for r in final["rows"]}
+    chosen_row = rows.get(final["chosen"])
+    ind_row = rows.get(final["indistinguishable"])
     if chosen_row is None:
         kept.append("final")
     c = chosen_row["params"] if chosen_row else before
     grids = grid_sizes(models, c, samples, batch, warmup, n_boot_fd, progress) if grid_experiment else None
     names = {"rule": "rule", "tau": "tau", "k": "k_neighbours", "radius": "expansion_radius", "rows": "rows_per_step",
              "window": "parallel_window", "recheck": "recheck", "recheck_scope": "recheck_scope"}
+    verdict = lambda r: None if r is None else {"label": r["label"], "speed_up": r["wall_ratio_vs_ar"],
+                                                "beats_ar": (r["wall_ratio_vs_ar"] or 0) > 1.0,
+                                                "settings": {names[k]: r["params"][k] for k in names}}
     return {"stages": stages, "grid_experiment": grids, "family": family, "self_drafting": self_drafting,
             "chosen": {names[k]: c[k] for k in names} | {"lantern_delta": delta},
+            "tiers": {Q.AS_GOOD: verdict(chosen_row), Q.INDISTINGUISHABLE: verdict(ind_row)},
             "kept_preset_value_in": kept,
             "preset_before": {names[k]: before[k] for k in names} | {"lantern_delta": P.LANTERN_DELTA}}
 
@@ -303,15 +317,24 @@ def markdown(res: dict) -> str:
         out += ["**Random models and classifier: quality columns are meaningless.**", ""]
     for name, s in res["sweep"]["stages"].items():
         ar = s["ar"]
-        out += [f"## {name} (AR: accuracy {f(ar['accuracy'], '{:.3f}')}, FD {f(ar['fd'])}, "
-                f"{f(ar['wall_seconds_median'], '{:.3f}')} s/image)", "",
-                "| setting | speed-up vs AR [CI] | target calls | acceptance | accuracy [CI] | FD [CI] | NLL | qualifies | chosen |",
+        final = name == "final"
+        out += [f"## {name} (AR: {f(ar['wall_seconds_median'], '{:.3f}')} s/image; "
+                f"{s.get('samples', res['samples'])} samples per setting; "
+                + ("each finalist's tier" if final else "screened, not a tier") + ")", "",
+                "| setting | speed-up vs AR [CI] | target calls | acceptance | C2ST vs AR (strongest) [CI] | "
+                "C2ST vs real [CI] (AR: " + _c2st_cell((ar.get("measures") or {}).get("c2st_real")) + ") | "
+                "SWD full / half / quarter (AR: " + _swd_cell(ar.get("measures")) + ") | "
+                + ("tier" if final else "survives") + " | chosen |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for r in s["rows"]:
+            q = r.get("measures") or {}
+            verdict = (r["tier"]["tier"] if r.get("tier") else "-") if final else ("yes" if r["qualifies"] else "no")
+            mark = "**yes**" if r["chosen"] else ("indistinguishable preset" if s.get("indistinguishable") == r["label"]
+                                                   else "")
             out.append(f"| {r['label']} | {f(r['wall_ratio_vs_ar'], '{:.2f}')}x{ci(r['wall_ratio_ci'], '{:.2f}')} | "
                        f"{f(r['target_calls'], '{:.1f}')} | {f(r['acceptance_rate'], '{:.2f}')} | "
-                       f"{f(r['accuracy'], '{:.3f}')}{ci(r['accuracy_ci'], '{:.3f}')} | {f(r['fd'])}{ci(r['fd_ci'])} | "
-                       f"{f(r['nll'], '{:.3f}')} | {'yes' if r['qualifies'] else 'no'} | {'**yes**' if r['chosen'] else ''} |")
+                       f"{_c2st_cell(q.get('c2st_ar'))} | {_c2st_cell(q.get('c2st_real'))} | {_swd_cell(q)} | "
+                       f"{verdict} | {mark} |")
         out.append("")
     if res["sweep"]["grid_experiment"]:
         out += ["## Grid size (the models are trained at one grid; other grids run through 2D RoPE, quality unknown)", "",
@@ -325,6 +348,11 @@ def markdown(res: dict) -> str:
     ch = res["sweep"]["chosen"]
     if ch is None:          # --grid-only: nothing was chosen
         return "\n".join(out) + "\n"
+    out += ["## Tiers", "", "| tier | fastest MuLo-SD setting | speed-up vs AR | beats AR |", "|---|---|---|---|"]
+    for t, v in (res["sweep"].get("tiers") or {}).items():
+        out.append(f"| {t} | {v['label'] if v else 'none in this tier'} | "
+                   f"{f(v['speed_up'], '{:.2f}') + 'x' if v else '-'} | {('yes' if v['beats_ar'] else 'no') if v else '-'} |")
+    out.append("")
     out += ["## Chosen defaults", "", "| constant | before | chosen |", "|---|---|---|"]
     out += [f"| {k} | {res['sweep']['preset_before'][k]} | {v} |" for k, v in ch.items()]
     if res["sweep"]["kept_preset_value_in"]:
@@ -332,25 +360,35 @@ def markdown(res: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _c2st_cell(c: dict | None) -> str:
+    return "-" if not c else f"{c['max']:.2f}{fmt_ci(c['ci'], '{:.2f}')} ({c['detector']})"
+
+
+def _swd_cell(q: dict | None) -> str:
+    swd = (q or {}).get("swd") or {}
+    return " / ".join(fmt_num(swd.get(lvl), "{:.0f}") for lvl in Q.SWD_LEVELS)
+
+
 def write_plots(res: dict, out: str, tag: str) -> list[str]:
-    """Speed-up vs accuracy (and vs FD) of every setting of each stage, AR of the stage at 1x: the Pareto
-    picture of tau/k, l, w, rows and LANTERN's delta. PNGs next to the JSON (an ignored folder)."""
+    """Speed-up against the strongest C2ST against AR (0.5: indistinguishable) of every setting of each stage,
+    AR of the stage at 1x: the frontier picture of tau/k, l, w, rows and LANTERN's delta. PNGs next to the JSON."""
     from .plots import scatter
     note = None if res["settings"]["quality_meaningful"] else "random models/classifier: quality meaningless"
     paths = []
+    c2st = lambda r: ((r.get("measures") or {}).get("c2st_ar") or {}).get("max")
     for name, st in res["sweep"]["stages"].items():
-        for metric, label in (("accuracy", "classifier accuracy"), ("fd", "Frechet distance (lower is better)")):
-            pts = [("AR", 1.0, st["ar"][metric])] + [(r["label"], r["wall_ratio_vs_ar"], r[metric]) for r in st["rows"]]
-            p = os.path.join(out, f"{tag}-pareto-{name.replace('_', '-')}-{metric}.png")
-            scatter(pts, "speed-up vs AR (x)", label, f"{tag} {name}: speed-up vs {label}", p, note=note)
-            paths.append(p)
+        pts = [("AR", 1.0, 0.5)] + [(r["label"], r["wall_ratio_vs_ar"], c2st(r)) for r in st["rows"] if c2st(r) is not None]
+        p = os.path.join(out, f"{tag}-pareto-{name.replace('_', '-')}-c2st.png")
+        scatter(pts, "speed-up vs AR (x)", "C2ST vs AR, strongest detector (0.5: indistinguishable)",
+                f"{tag} {name}: speed-up vs C2ST", p, note=note)
+        paths.append(p)
     return paths
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=None, help="samples per setting of the stages (default 32, --quick 2)")
+    ap.add_argument("--samples", type=int, default=None, help=f"samples per setting of the screening stages (default {SCREEN_SAMPLES}, --quick 2)")
     ap.add_argument("--quick", action="store_true", help="two values per parameter, 2 samples")
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
     ap.add_argument("--tiny-grid", type=int, default=4)
@@ -369,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="what a recheck round verifies again (VerifierConfig.recheck_scope; default: the preset's; "
                          "--recheck-only: drafts)")
     ap.add_argument("--final-samples", type=int, default=FINAL_SAMPLES,
-                    help="samples per candidate in the final stage (the paired-interval verdict)")
+                    help="samples per candidate in the final stage (the tier verdict; a pass needs "
+                         f"{Q.TIER_MIN_SAMPLES})")
     ap.add_argument("--final-top", type=int, default=FINAL_TOP, help="candidates carried into the final stage")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES),
@@ -389,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.self_drafting and (args.grid_only or args.recheck_only):
         ap.error("--self-drafting runs the sweep itself, not --grid-only or --recheck-only")
     tag = args.tag or f"{kind}-{models_tag(args.models, args.family, args.quick)}" + ("-self" if args.self_drafting else "")
-    samples = args.samples or (2 if args.quick else 32)
+    samples = args.samples or (2 if args.quick else SCREEN_SAMPLES)
     t0 = time.perf_counter()
     models = load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family,
                          target="self_target" if args.self_drafting else "target")
@@ -427,12 +466,15 @@ def main(argv: list[str] | None = None) -> int:
         f.write(markdown(res))
     write_plots(res, args.out, tag)
     print("rule: " + RULE)
-    if res_sweep["chosen"]:
+    if res_sweep["chosen"] and "final" not in res_sweep["kept_preset_value_in"]:
         ch = {k: v for k, v in res_sweep["chosen"].items() if k != "lantern_delta"}
         key = P.defaults_key(res_sweep.get("family"), res_sweep.get("self_drafting", False))
         print(f"chosen defaults for {key!r} (presets.MULO_DEFAULTS): MuloDefaults("
               + ", ".join(f"{k}={v!r}" for k, v in ch.items()) + f", source={tag + '.md'!r})"
               + f"; LANTERN delta {res_sweep['chosen']['lantern_delta']}")
+    for t, v in (res_sweep.get("tiers") or {}).items():
+        print(f"{t}: " + (f"{v['label']} at {v['speed_up']:.2f}x AR" + ("" if v["beats_ar"] else " (does not beat AR)")
+                          if v else "no MuLo-SD setting in this tier"))
     if res_sweep["kept_preset_value_in"]:
         print("no setting qualified in: " + ", ".join(res_sweep["kept_preset_value_in"]) + " (preset value kept)")
     print(f"wrote {path} (+ .md) in {time.perf_counter() - t0:.0f}s")

@@ -152,3 +152,15 @@ def test_check_quality_fails_when_the_drafter_alone_passes_or_a_detector_is_blin
     missing = _result(_row(c2st_ar=0.99, swd=300.0))
     del missing["methods"]["ar"]["measures"]
     assert SU.check_quality(missing) == ["ar: no quality measures"]
+
+
+def test_screen_fails_only_what_is_clearly_outside():
+    """At a few samples a C2ST fails the screen only when its whole interval is above the bound."""
+    ar = _row(c2st_ar=None)
+    noisy = _row(c2st_ar=0.58, samples=64)                           # interval [0.55, 0.61]: not clearly above
+    assert Q.screen(noisy, ar) == {Q.INDISTINGUISHABLE: True, Q.AS_GOOD: True}
+    clear = _row(c2st_ar=0.70, samples=64)
+    assert Q.screen(clear, ar) == {Q.INDISTINGUISHABLE: False, Q.AS_GOOD: True}     # as good against real data
+    smooth = _row(c2st_ar=0.70, swd=125.0, samples=64)               # beyond 1.10 x 1.10 of AR's SWD
+    assert Q.screen(smooth, ar) == {Q.INDISTINGUISHABLE: False, Q.AS_GOOD: False}
+    assert Q.screen(_row(c2st_ar=0.70, swd=118.0, samples=64), ar)[Q.AS_GOOD]       # within the screening margin

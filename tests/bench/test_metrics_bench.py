@@ -10,7 +10,6 @@ import torch
 from bench import quality as Q
 from bench import summary as SU
 from bench import tables as T
-from bench import sweep as S
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.schedules import zipar_nfe
 
@@ -120,19 +119,6 @@ def test_nll_matches_cached_step_by_step_probabilities():
         probs = process_logits(cfg_combine(torch.stack(logits, 1), s.cfg_scale), s)
     want = -probs.gather(-1, tokens[..., None])[..., 0].clamp_min(1e-12).log().mean(-1)
     assert torch.allclose(Q.target_nll(m, tokens, cond, s), want, atol=1e-4)
-
-
-# ------------------------------------------------------------- sweep rule
-def test_sweep_rule():
-    ar = {"accuracy": 0.90, "fd": 10.0}
-    rows = [dict(label="fast_bad_acc", accuracy=0.86, fd=10.0, wall_ratio_vs_ar=3.0),
-            dict(label="fast_bad_fd", accuracy=0.95, fd=11.6, wall_ratio_vs_ar=2.5),
-            dict(label="ok", accuracy=0.87, fd=11.5, wall_ratio_vs_ar=1.8),
-            dict(label="slow", accuracy=0.95, fd=9.0, wall_ratio_vs_ar=1.1)]
-    assert [S.qualifies(r, ar) for r in rows] == [False, False, True, True]
-    assert S.choose(rows, ar)["label"] == "ok"
-    assert S.choose(rows[:2], ar) is None
-    assert S.qualifies(dict(accuracy=0.9, fd=None), ar)     # FD undefined: accuracy decides
 
 
 # -------------------------------------------------------- consistency checker
