@@ -138,7 +138,7 @@ def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu",
     drafter = load_embedded("drafter", device=device, vq=target.vq, family=family)
     sampling = target.default_sampling
     presets = method_presets(target.family)
-    class_names = data_family(family).class_names
+    class_names = [n.replace("_", " ") for n in data_family(family).class_names]   # "snowy mountains"
     wanted = range(len(class_names)) if classes is None else classes
     classes = [c for c in wanted for _ in range(per_class)]
     results = {}
