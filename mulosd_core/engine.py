@@ -45,6 +45,7 @@ REJECTIONS = ("local", "raster")
 RESAMPLINGS = ("islands", "serial")
 RECHECK_SCOPES = ("drafts", "all")
 WAVE_FEEDS = ("local", "span")
+COMMITS = ("draft", "pool")      # what an accepted position commits (VerifierConfig.commit)
 METHODS = ("ar", "speculative", "zipar", "sjd")
 DRAFTER_STREAM = 1   # Streams offset of the drafter and of acceptance uniforms
 
@@ -82,12 +83,17 @@ class VerifierConfig:
     # tokens that changed and those whose logits the wave reads (about an AR call per wave); "span"
     # re-feeds the chunk from the first changed token, so every resampled token sees exact K/V.
     wave_feed: str = "local"
+    # Our extension, not in the paper: what an accepted position commits. "draft" (the paper) keeps the
+    # upsampled draft code; "pool" draws a code from the target's own distribution at that position (the
+    # verify call computed it) restricted to the draft's neighbour pool: the draft fixes the neighbourhood,
+    # the target supplies the texture. Needs the mulo rule and local rejection.
+    commit: str = "draft"
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("rule", self.rule, RULES), ("rejection", self.rejection, REJECTIONS),
                                      ("resampling", self.resampling, RESAMPLINGS),
                                      ("recheck_scope", self.recheck_scope, RECHECK_SCOPES),
-                                     ("wave_feed", self.wave_feed, WAVE_FEEDS)):
+                                     ("wave_feed", self.wave_feed, WAVE_FEEDS), ("commit", self.commit, COMMITS)):
             if value not in allowed:
                 raise ValueError(f"verifier {name} must be one of {allowed}, got {value!r}")
         for name, ok, want in (("tau", self.tau >= 0, ">= 0"), ("k_neighbours", self.k_neighbours >= 1, ">= 1"),
@@ -103,6 +109,9 @@ class VerifierConfig:
         if self.recheck and self.rejection == "local" and self.rule not in REPEATABLE_RULES:
             raise ValueError(f"verifier recheck needs the mulo, greedy or grouped rule (a deterministic test that can be "
                              f"repeated), got rule {self.rule!r} with local rejection; set recheck to 0 for it")
+        if self.commit == "pool" and (self.rule != "mulo" or self.rejection != "local"):
+            raise ValueError(f"verifier commit 'pool' draws from the mulo rule's neighbour pool under local rejection, got "
+                             f"rule {self.rule!r} with {self.rejection} rejection; set commit to 'draft' for it")
 
 
 @dataclass
@@ -456,6 +465,7 @@ class _Speculative:
         self.stats.resampled += n_region
         if n_region == 0:
             self.stats.waves.append(0)
+            self._pool_commit(f, e, probs)
             return e
         with self.stats.timer("resample"):
             waves = self._resample(region.view(self.batch, r1 - r0, W), base, f, e, probs)
@@ -468,7 +478,33 @@ class _Speculative:
             else:
                 self.stats.recheck_exhausted += int(self.verifier.recheck > 0)
         self.stats.waves.append(waves)   # one entry per step, recheck rounds' waves added
+        self._pool_commit(f, e, probs)
         return e
+
+    def _pool_commit(self, f: int, e: int, probs: torch.Tensor) -> None:
+        """VerifierConfig.commit = "pool": every position of the chunk still holding an accepted draft gets a
+        code drawn from the target's distribution there restricted to the draft's neighbour pool (renormalised;
+        the test guarantees mass >= tau). Changed tokens were fed as drafts, so the next verify re-feeds them."""
+        if self.verifier.commit != "pool":
+            return
+        with self.stats.timer("resample"):
+            acc = self.codes[:, f:e] == ACCEPTED
+            p = probs[:, :e - f]
+            pool = torch.zeros_like(p).scatter_(-1, self.neighbours.long()[self.tokens[:, f:e]], 1.0) * p
+            mass = pool.sum(-1)
+            acc &= mass > 0
+            first = None
+            for b in range(self.batch):
+                idx = acc[b].nonzero().flatten()
+                if not len(idx):
+                    continue
+                new = _draw(pool[b, idx] / mass[b, idx, None], self.sampling, self.target_streams, b)
+                moved = idx[new != self.tokens[b, f + idx]]
+                self.tokens[b, f + idx] = new
+                if len(moved):
+                    first = f + int(moved.min()) if first is None else min(first, f + int(moved.min()))
+            if first is not None:
+                self.target_stale = min(self.target_stale, first)
 
     def _recheck(self, base: int, rows: int, e: int) -> Optional[int]:
         """One round of `VerifierConfig.recheck`: the stale tokens in scope are verified again given the

@@ -32,6 +32,7 @@ class MuloDefaults:
     recheck_scope: str
     source: str
     rule: str = "mulo"          # the pool: "mulo" (k nearest codes) or "grouped" (GSD's group)
+    commit: str = "draft"       # what an accepted position commits (VerifierConfig.commit)
 
 
 # Chosen per family by the sweep (bench/sweep.py); real families (LlamaGen, Janus-Pro) keep "paper".
@@ -111,7 +112,8 @@ def mulo_verifier(family: str | None = "scenes", *, self_drafting: bool = False,
     """The Local Verifier with a family's shipped settings (mulo_defaults), `kw` overriding."""
     d = mulo_defaults(family, self_drafting)
     base = dict(rule=d.rule, tau=d.tau, k_neighbours=d.k_neighbours, expansion_radius=d.expansion_radius,
-                rejection="local", resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope)
+                rejection="local", resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope,
+                commit=d.commit)
     base.update(kw)
     return VerifierConfig(**base)
 
@@ -153,6 +155,9 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_embedding": (replace(mi, upsampler=UpsamplerConfig(kind="embedding")), "low"),
         "mulo_learned": (replace(mi, upsampler=UpsamplerConfig(kind="learned")), "low"),
         "mulo_oracle": (replace(mi, oracle=True), "low"),
+        # an accepted draft commits a code drawn from the target's p within the draft's pool (VerifierConfig.commit)
+        "mulo_pool": (replace(mi, verifier=mv(commit="pool")), "low"),
+        "mulo_pool_learned": (replace(mi, verifier=mv(commit="pool"), upsampler=UpsamplerConfig(kind="learned")), "low"),
         # self-drafting: the target drafts for itself at the drafter's grid (LlamaGenModel.at_grid)
         "mulo_self": (ms, "self"),                                          # the family's self-drafting settings
         "mulo_self_pair_defaults": (mi, "self"),                            # the two-model pair's settings

@@ -749,3 +749,48 @@ def test_grouped_rule_runs_with_a_low_resolution_drafter(models, recheck):
     none = generate(models[4], torch.tensor([1]), SamplingConfig(cfg_scale=1.0), spec(rule="grouped", tau=1.05),
                     drafter=models[2], seed=1, decode=False)
     assert none.stats.accepted == 0
+
+
+# ----------------------------------------------------------------------------- pool commit
+def test_pool_commit_draws_inside_the_pool_from_the_target(models, monkeypatch):
+    """VerifierConfig.commit = "pool": each accepted position ends up holding a code of its draft's neighbour
+    pool that the target gave mass to, at least one moves, and the next verify still reads exact K/V."""
+    target = models[4]
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0)
+    labels = torch.tensor([1, 2])
+    seen, errors = [], []
+    original, probs_of = engine._Speculative._pool_commit, engine._Speculative._target_probs
+
+    def spy(self, f, e, probs):
+        before = self.tokens[:, f:e].clone()
+        original(self, f, e, probs)
+        acc = self.codes[:, f:e] == ACCEPTED
+        pool = self.neighbours.long()[before]                                    # [B, n, k]
+        inside = (pool == self.tokens[:, f:e, None]).any(-1)
+        mass = probs[:, :e - f].gather(-1, self.tokens[:, f:e, None])[..., 0]
+        seen.append((bool((inside | ~acc).all()), bool(((mass > 0) | ~acc).all()),
+                     int((acc & (before != self.tokens[:, f:e])).sum())))
+
+    def checked(self, lo, hi):
+        out = probs_of(self, lo, hi)
+        errors.append(float((out - teacher_forced_probs(target, labels, self.tokens, sampling)[:, lo:hi]).abs().max()))
+        return out
+
+    monkeypatch.setattr(engine._Speculative, "_pool_commit", spy)
+    monkeypatch.setattr(engine._Speculative, "_target_probs", checked)
+    method = spec(rule="mulo", tau=0.1, k=8, radius=0, feed="span")
+    method = MethodConfig(method="speculative", verifier=VerifierConfig(**{**method.verifier.__dict__, "commit": "pool"}),
+                          upsampler=method.upsampler)
+    res = generate(target, labels, sampling, method, drafter=models[2], seed=3, decode=False)
+    assert res.stats.accepted > 0 and seen
+    assert all(i and m for i, m, _ in seen) and sum(n for *_, n in seen) > 0
+    assert max(errors) < 1e-5
+
+
+def test_pool_commit_needs_the_mulo_rule_under_local_rejection():
+    with pytest.raises(ValueError, match="commit 'pool'.*rule 'lantern'"):
+        VerifierConfig(rule="lantern", rejection="raster", commit="pool")
+    with pytest.raises(ValueError, match="commit 'pool'.*raster rejection"):
+        VerifierConfig(rule="mulo", rejection="raster", commit="pool")
+    with pytest.raises(ValueError, match="verifier commit must be one of"):
+        VerifierConfig(commit="target")
