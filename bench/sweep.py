@@ -6,7 +6,8 @@
 Stages, each one process-internal run of `bench.methods.run_methods` with its own AR runs on the
 same classes and seeds (sample i: class i % the number of classes, seed i; methods interleaved per sample):
 
-  1. tau x k     tau in TAUS, k in KS (l, w at the preset defaults)
+  1. tau x k     tau in TAUS, k in KS (l, w at the preset defaults); then what an accepted position
+                 commits (VerifierConfig.commit: the draft, or a target code from its pool)
   2. radius l    l in RADII with the chosen tau, k
   3. window w    w in WINDOWS (parallel drafting window) with the chosen tau, k, l
   4. rows        low-res rows drafted per step in ROWS with the chosen tau, k, l, w
@@ -51,7 +52,7 @@ import torch
 
 from mulosd_core import presets as P
 from mulosd_core.ar import model_sampling
-from mulosd_core.engine import RECHECK_SCOPES, MethodConfig, VerifierConfig
+from mulosd_core.engine import COMMITS, RECHECK_SCOPES, MethodConfig, VerifierConfig
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, DTYPES, EMBEDDED_FAMILIES
 from mulosd_core.upsample import KINDS, UpsamplerConfig
@@ -149,13 +150,13 @@ def _preset_settings(family: str | None, upsampler: str = "pixel", recheck: int 
     d = P.mulo_defaults(family, self_drafting)
     return dict(rule="mulo", tau=d.tau, k=d.k_neighbours, radius=d.expansion_radius, window=d.parallel_window,
                 rows=d.rows_per_step, upsampler=upsampler, recheck=d.recheck if recheck is None else recheck,
-                recheck_scope=recheck_scope or d.recheck_scope)
+                recheck_scope=recheck_scope or d.recheck_scope, commit=d.commit)
 
 
 def _mulo(tau: float, k: int, radius: int, window: int, rows: int, upsampler: str = "pixel",
-          recheck: int = 0, recheck_scope: str = "drafts", rule: str = "mulo") -> MethodConfig:
+          recheck: int = 0, recheck_scope: str = "drafts", rule: str = "mulo", commit: str = "draft") -> MethodConfig:
     base = P.mulo_islands(tau=tau, k_neighbours=k, expansion_radius=radius, recheck=recheck, recheck_scope=recheck_scope,
-                          rule=rule)
+                          rule=rule, commit=commit)
     return replace(base, parallel_window=window, rows_per_step=rows, upsampler=UpsamplerConfig(kind=upsampler))
 
 
@@ -163,7 +164,7 @@ def _mulo_at(cur: dict, **over) -> MethodConfig:
     """MuLo-SD at the settings `cur` (see _preset_settings) with some of them overridden."""
     c = {**cur, **over}
     return _mulo(c["tau"], c["k"], c["radius"], c["window"], c["rows"], c["upsampler"], c["recheck"], c["recheck_scope"],
-                 c.get("rule", "mulo"))
+                 c.get("rule", "mulo"), c.get("commit", "draft"))
 
 
 def _lantern(delta: float) -> MethodConfig:
@@ -215,7 +216,8 @@ def recheck_stage(models: Models, samples: int, batch: int, warmup: int, n_boot_
 
 def _settings_label(c: dict) -> str:
     pool = "grouped" if c.get("rule") == "grouped" else f"k={c['k']}"
-    return f"tau={c['tau']} {pool} l={c['radius']} w={c['window']} rows={c['rows']} recheck={c['recheck']}"
+    commit = "" if c.get("commit", "draft") == "draft" else f" commit={c['commit']}"
+    return f"tau={c['tau']} {pool} l={c['radius']} w={c['window']} rows={c['rows']} recheck={c['recheck']}{commit}"
 
 
 def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
@@ -262,6 +264,8 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
 
     stage("tau_k_l", [dict(rule="mulo", tau=t, k=k, radius=l) for t in g["taus"] for k in g["ks"] for l in g["radii"]]
           + [dict(rule="grouped", tau=t, radius=l) for t in g["taus"] for l in g["radii"]])   # GSD's group as the pool
+    if cur["rule"] == "mulo":      # the pool commit draws from the k nearest codes' pool, not GSD's group
+        stage("commit", [dict(commit=c) for c in COMMITS])
     stage("window", [dict(window=w) for w in g["windows"]])
     stage("rows", [dict(rows=n) for n in g["rows"]])
     stage("recheck", [dict(recheck=n) for n in g["rechecks"]])
@@ -294,7 +298,7 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     c = chosen_row["params"] if chosen_row else before
     grids = grid_sizes(models, c, samples, batch, warmup, n_boot_fd, progress) if grid_experiment else None
     names = {"rule": "rule", "tau": "tau", "k": "k_neighbours", "radius": "expansion_radius", "rows": "rows_per_step",
-             "window": "parallel_window", "recheck": "recheck", "recheck_scope": "recheck_scope"}
+             "window": "parallel_window", "recheck": "recheck", "recheck_scope": "recheck_scope", "commit": "commit"}
     verdict = lambda r: None if r is None else {"label": r["label"], "speed_up": r["wall_ratio_vs_ar"],
                                                 "beats_ar": (r["wall_ratio_vs_ar"] or 0) > 1.0,
                                                 "settings": {names[k]: r["params"][k] for k in names}}

@@ -11,7 +11,9 @@ def test_quick_sweep_writes_every_stage(tmp_path):
     assert S.main(["--quick", "--models", "tiny", "--out", str(tmp_path), "--no-progress"]) == 0
     res = json.loads((tmp_path / "sweep-tiny-quick.json").read_text())
     stages = res["sweep"]["stages"]
-    assert list(stages)[:5] == ["tau_k_l", "window", "rows", "recheck", "lantern"]
+    want = ["tau_k_l", "commit", "window", "rows", "recheck", "lantern"]
+    assert [s for s in stages if s != "final"] == [w for w in want if w != "commit" or stages.get("commit")]
+    assert "commit" in stages or res["sweep"]["chosen"]["rule"] == "grouped"    # the pool commit needs the k pool
     assert len(stages["tau_k_l"]["rows"]) == len(S.QUICK["taus"]) * (len(S.QUICK["ks"]) + 1) * len(S.QUICK["radii"])
     assert [r["params"]["rows"] for r in stages["rows"]["rows"]] == list(S.QUICK["rows"])
     for s in stages.values():
@@ -27,7 +29,7 @@ def test_quick_sweep_writes_every_stage(tmp_path):
     assert res["sweep"]["tiers"] == {Q.AS_GOOD: None, Q.INDISTINGUISHABLE: None}
     chosen = res["sweep"]["chosen"]
     assert set(chosen) == {"rule", "tau", "k_neighbours", "expansion_radius", "rows_per_step", "parallel_window", "recheck",
-                           "recheck_scope", "lantern_delta"}
+                           "recheck_scope", "commit", "lantern_delta"}
     before = P.mulo_defaults(None)   # tiny random models have no family: the paper's settings
     assert res["sweep"]["preset_before"]["rows_per_step"] == before.rows_per_step
     assert "## rows" in (tmp_path / "sweep-tiny-quick.md").read_text()
