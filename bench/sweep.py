@@ -223,13 +223,15 @@ def _settings_label(c: dict) -> str:
 def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
           progress: bool = True, upsampler: str = "pixel", recheck: int | None = None,
           recheck_scope: str | None = None, final_samples: int = FINAL_SAMPLES, final_top: int = FINAL_TOP,
-          self_drafting: bool = False) -> dict:
+          self_drafting: bool = False, journal: str | None = None) -> dict:
     """Greedy screening stages at `samples` each (tau x k x l jointly, then w, rows, recheck, LANTERN's delta),
     then a final stage: the `final_top` fastest settings that survived any screen, and the paper's settings as
     an anchor, at `final_samples` each against their own AR runs, each given its tier. The fastest "as good as
     AR" finalist is the chosen default, the fastest "indistinguishable" one is recorded beside it.
     `self_drafting`: the target drafts for itself (drafter kind "self"); LANTERN's stage, which needs the
-    same-resolution drafter, is left out."""
+    same-resolution drafter, is left out. `journal`: a JSON file each finished stage is written to; a rerun
+    with the same journal reuses every stage whose settings and sample count match (an interrupted sweep
+    resumes where it stopped)."""
     g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, rechecks=SWEPT_RECHECKS,
                                  deltas=DELTAS)
     if recheck is not None:
@@ -243,16 +245,29 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     cur = dict(before)
     kept: list[str] = []
     candidates: dict[str, dict] = {}     # label -> full settings, speed-up: every setting that survived a screen
+    done = json.load(open(journal)) if journal and os.path.exists(journal) else {}
+
+    def staged(name: str, settings: dict, n: int, real_n, final: bool = False) -> dict:
+        """run_stage, or the journal's record of the same stage (same labels, same samples)."""
+        old = done.get(name)
+        if old and old.get("samples") == n and [r["label"] for r in old["rows"]] == list(settings):
+            log.info("sweep: stage %s from the journal %s", name, journal)
+            return old
+        t0 = time.perf_counter()
+        s = run_stage(name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final)
+        s["seconds"], s["samples"] = time.perf_counter() - t0, n
+        if journal:
+            done[name] = jsonable(s)
+            with open(journal, "w") as fh:
+                json.dump(done, fh)
+        return s
 
     def stage(name: str, over: list[dict]) -> None:
         settings = {}
         for o in over:
             c = {**cur, **o}
             settings[_settings_label(c)] = (c, _mulo_at(c), drafter)
-        t0 = time.perf_counter()
-        s = run_stage(name, models, settings, samples, batch, warmup, n_boot_fd, real, progress)
-        s["seconds"] = time.perf_counter() - t0
-        stages[name] = s
+        s = stages[name] = staged(name, settings, samples, real)
         for r in s["rows"]:
             if r["qualifies"]:
                 candidates[r["label"]] = {"settings": r["params"], "speed": r["wall_ratio_vs_ar"] or 0.0}
@@ -271,11 +286,8 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     stage("recheck", [dict(recheck=n) for n in g["rechecks"]])
     delta = P.LANTERN_DELTA
     if not self_drafting:
-        t0 = time.perf_counter()
-        lantern = run_stage("lantern", models, {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]},
-                            samples, batch, warmup, n_boot_fd, real, progress)
-        lantern["seconds"] = time.perf_counter() - t0
-        stages["lantern"] = lantern
+        lantern = stages["lantern"] = staged(
+            "lantern", {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]}, samples, real)
         best = next((r for r in lantern["rows"] if r["chosen"]), None)
         if best:
             delta = best["params"]["delta"]
@@ -284,12 +296,7 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     settings = {label: (c["settings"], _mulo_at(c["settings"]), drafter) for label, c in top}
     settings.setdefault(f"paper: {_settings_label(paper)}", (paper, _mulo_at(paper), drafter))
     n = max(final_samples, samples)
-    t0 = time.perf_counter()
-    final = run_stage("final", models, settings, n, batch, warmup, n_boot_fd, real_features(models, n), progress,
-                      final=True)
-    final["seconds"] = time.perf_counter() - t0
-    final["samples"] = n
-    stages["final"] = final
+    final = stages["final"] = staged("final", settings, n, real_features(models, n), final=True)
     rows = {r["label"]: r for r in final["rows"]}
     chosen_row = rows.get(final["chosen"])
     ind_row = rows.get(final["indistinguishable"])
@@ -420,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-<family>][-quick] (the default family adds nothing)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-resume", action="store_true",
+                    help="ignore the journal <out>/<tag>.journal.json of an earlier, interrupted run of the same sweep")
     ap.add_argument("--self-drafting", action="store_true",
                     help="the family's self_target drafts for itself (drafter kind self; tag ...-self): chooses "
                          "presets.MULO_DEFAULTS['<family>/self']")
@@ -433,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--self-drafting runs the sweep itself, not --grid-only or --recheck-only")
     tag = args.tag or f"{kind}-{models_tag(args.models, args.family, args.quick)}" + ("-self" if args.self_drafting else "")
     samples = args.samples or (2 if args.quick else SCREEN_SAMPLES)
+    os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     models = load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family,
                          target="self_target" if args.self_drafting else "target")
@@ -451,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
                           not args.no_progress, args.upsampler, args.recheck, args.recheck_scope,
                           args.final_samples if not args.quick else max(samples, 2), args.final_top,
-                          args.self_drafting)
+                          args.self_drafting, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"))
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,

@@ -108,3 +108,18 @@ def test_sweep_runs_every_mulo_setting_with_the_given_recheck(tmp_path, monkeypa
     assert seen and set(seen) == {(2, "all"), (0, "drafts")}     # the final stage's anchor: the paper's, no recheck
     res = json.loads((tmp_path / "rc.json").read_text())
     assert (res["sweep"]["chosen"]["recheck"], res["sweep"]["chosen"]["recheck_scope"]) == (2, "all")
+
+
+def test_an_interrupted_sweep_resumes_from_its_journal(tmp_path, monkeypatch):
+    """Every finished stage is journaled; a rerun reuses them all and runs nothing again."""
+    args = ["--quick", "--models", "tiny", "--out", str(tmp_path), "--no-progress", "--tag", "j"]
+    assert S.main(args) == 0
+    journal = json.loads((tmp_path / "j.journal.json").read_text())
+    assert "tau_k_l" in journal and "final" in journal
+    first = json.loads((tmp_path / "j.json").read_text())["sweep"]["chosen"]
+
+    def refuse(*a, **k):
+        raise AssertionError("a journaled stage ran again")
+    monkeypatch.setattr(S, "run_stage", refuse)
+    assert S.main(args) == 0
+    assert json.loads((tmp_path / "j.json").read_text())["sweep"]["chosen"] == first
