@@ -1,15 +1,21 @@
-"""Regenerate README.md's results section from a `bench.compare` results JSON.
+"""Regenerate docs/RESULTS.md's results section and README.md's headline from a `bench.compare` results JSON.
 
-    python -m bench.report [--results bench/results/cpu-embedded.json] [--readme README.md]
-                           [--sweep bench/results/sweep-embedded.json] [--check]
+    python -m bench.report [--results bench/results/cpu-embedded.json] [--doc docs/RESULTS.md]
+                           [--readme README.md] [--sweep bench/results/sweep-embedded-scenes.json] [--check]
 
-Only the text between `<!-- results:start -->` and `<!-- results:end -->` changes. When the
-markers are missing they are added under a "## Results" heading (created at the end of the
-file when there is none); nothing else in README.md is touched. The section holds the command,
-date and hardware of the run, our table with the paper's published figures beside it (marked as
-a different scale and different hardware), a note that GPU figures are pending when no GPU run
-exists, and the defaults chosen by the sweep when a sweep JSON exists. `--check` exits 1 when
-README.md is not what the JSON would generate (for CI), without writing.
+Two blocks change, nothing else in either file:
+
+- in `--doc`, the text between `<!-- results:start -->` and `<!-- results:end -->`: the command, date and
+  hardware of the run, our table with the paper's published figures beside it (marked as a different scale
+  and different hardware), the quality measures and tiers when the run has them, a note that GPU figures are
+  pending when no GPU run exists, and the defaults chosen by the sweep when a sweep JSON exists. When the
+  markers are missing they are added under a "## Results" heading (created at the end of the file, or the
+  file itself, when there is none);
+- in `--readme`, the text between `<!-- headline:start -->` and `<!-- headline:end -->`: the default
+  method's speed-up against AR with its quality tier ("tier not measured" for a run without tiers), and the
+  fastest method inside each tier. README.md must carry these markers (`--readme ""` skips it).
+
+`--check` exits 1 when either is not what the JSON would generate (for CI), without writing.
 """
 from __future__ import annotations
 
@@ -20,10 +26,16 @@ import os
 import re
 import sys
 
+from . import measures as Q
+from .methods import ORACLE
 from .quality import FD_INTERVAL_NOTE
-from .tables import call_cost_table, ci_statistic, markdown_table, time_split_table
+from .tables import (call_cost_table, ci_statistic, markdown_table, quality_notes, quality_table, tier_label,
+                     time_split_table)
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+HEAD_START, HEAD_END = "<!-- headline:start -->", "<!-- headline:end -->"
+HEADLINE_METHOD = "mulo_islands"       # MuLo-SD as shipped (presets.MULO_DEFAULTS)
+NOT_MEASURED = "not measured"
 RESULTS_DIR = "bench/results"
 # per family, the sweep its shipped presets come from (mulosd_core/presets.py), then older ones
 PRESET_SWEEPS = {"scenes": ("sweep-embedded-scenes.json",),
@@ -86,8 +98,14 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
               "The last column is **not comparable number for number**: the papers' figures are for LlamaGen-XL / "
               "Tar-7B / Emu3 at 512-1024 px on data-centre GPUs, a different scale and different hardware from the "
               "small models of this run.", "",
-              markdown_table(result, paper=PAPER), "",
-              "Time split (seconds per image; ZipAR, SJD and GSD have no part timers, their time is under other):", "",
+              markdown_table(result, paper=PAPER), ""]
+    if any(m.get("measures") for m in result["methods"].values()):
+        lines += ["Quality measures (`bench.measures`; C2ST: held-out accuracy of a detector telling the row's "
+                  "images from AR's, or from real images through the VQ, 0.5 = indistinguishable; SWD: patch sliced "
+                  "Wasserstein distance x 1e3 against real images per resolution; P / R: k-NN precision and recall "
+                  "against real images; diversity as ratios to AR's; NLL gap in nats per token against AR's own "
+                  "samples, lower is not better):", "", quality_table(result), "", *quality_notes(result)]
+    lines += ["Time split (seconds per image; ZipAR, SJD and GSD have no part timers, their time is under other):", "",
               time_split_table(result), "",
               "Cost per call (milliseconds, from the engine's timers over all runs; waves per step = island depth):",
               "", call_cost_table(result), ""]
@@ -104,14 +122,61 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
     return "\n".join(lines)
 
 
+def row_tier(name: str, m: dict) -> str:
+    """A row's tier in words: NOT_MEASURED when the run has no verdict for it (runs before bench.measures)."""
+    if name != "ar" and not m.get("tier"):
+        return NOT_MEASURED
+    return tier_label(name, m)
+
+
+def headline(result: dict, source: str, doc_link: str) -> str:
+    """README's headline block: the default method against AR, speed-up and tier, and what each tier's fastest
+    method is; every number from the results JSON."""
+    st, hw, ms = result["settings"], result["hardware"], result["methods"]
+    where = f"{hw['cpu_count']}-core CPU" if hw["device"] == "cpu" else hw["device_name"]
+    lines = [f"_Generated by `python -m bench.report` from `{source}` ({st.get('family', 'patterns')} pair, "
+             f"{result['samples']} images per method, {where}); the whole run: [{doc_link}]({doc_link})._", ""]
+    m = ms.get(HEADLINE_METHOD)
+    if m is None:
+        return "\n".join(lines + [f"- `{HEADLINE_METHOD}` is not in this run."])
+    ci = m.get("wall_ratio_ci") or (None, None)
+    lines.append(f"- **MuLo-SD as shipped (`{HEADLINE_METHOD}`): {m['wall_ratio_vs_ar']:.2f}x AR's speed "
+                 f"[{ci[0]:.2f}, {ci[1]:.2f}], quality tier: {row_tier(HEADLINE_METHOD, m)}.**"
+                 if ci[0] is not None else
+                 f"- **MuLo-SD as shipped (`{HEADLINE_METHOD}`): {m['wall_ratio_vs_ar']:.2f}x AR's speed, "
+                 f"quality tier: {row_tier(HEADLINE_METHOD, m)}.**")
+    acc = m.get("acceptance_rate")
+    if acc is not None and acc >= 0.995:
+        kept = "Every draft is kept" if acc == 1 else f"{acc:.1%} of the drafts are kept"
+        lines.append(f"- {kept}, so these images are the drafter's, lifted to the target's grid, not the target's.")
+    methods = {n: r for n, r in ms.items() if n not in ("ar", ORACLE) and not r.get("control")}
+    if not any(r.get("tier") for r in methods.values()):
+        lines.append("- No row of this run has a quality tier yet, so none of its speed-ups is comparable.")
+        return "\n".join(lines)
+    for which in Q.TIERS:
+        inside = [(r["wall_ratio_vs_ar"], n) for n, r in methods.items() if Q.in_tier(r.get("tier"), which)]
+        best = max(inside, default=None)
+        lines.append(f"- Fastest inside the tier \"{which}\": "
+                     + (f"`{best[1]}`, {best[0]:.2f}x AR's speed." if best else "no method of this run."))
+    return "\n".join(lines)
+
+
+def replace_block(text: str, body: str, start: str, end: str) -> str | None:
+    """`text` with `body` between the markers `start` and `end`; None when the markers are absent."""
+    if start in text and end in text and text.index(start) < text.index(end):
+        a, b = text.index(start), text.index(end) + len(end)
+        return text[:a] + f"{start}\n{body.rstrip()}\n{end}" + text[b:]
+    if start in text or end in text:
+        raise ValueError(f"only one of the markers {start} {end}, or in the wrong order; fix it by hand")
+    return None
+
+
 def replace_section(readme: str, body: str) -> str:
-    """README text with `body` between the markers (markers and a Results heading added when missing)."""
+    """Results document text with `body` between the markers (markers and a Results heading added when missing)."""
+    done = replace_block(readme, body, START, END)
+    if done is not None:
+        return done
     block = f"{START}\n{body.rstrip()}\n{END}"
-    if START in readme and END in readme and readme.index(START) < readme.index(END):
-        a, b = readme.index(START), readme.index(END) + len(END)
-        return readme[:a] + block + readme[b:]
-    if START in readme or END in readme:
-        raise ValueError("README.md has only one of the results markers; fix it by hand")
     m = re.search(r"^## Results[ \t]*$", readme, flags=re.MULTILINE)
     if m:
         return readme[:m.end()] + "\n\n" + block + "\n" + readme[m.end():]
@@ -119,13 +184,21 @@ def replace_section(readme: str, body: str) -> str:
     return readme + sep + "## Results\n\n" + block + "\n"
 
 
+def _read(path: str) -> str:
+    if not os.path.isfile(path):
+        return ""
+    with open(path) as f:
+        return f.read()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default=None, help="compare JSON (default: cuda-embedded.json, else cpu-embedded.json, "
                                                      "else the patterns family's runs)")
-    ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--doc", default="docs/RESULTS.md", help="the results document (its marked block)")
+    ap.add_argument("--readme", default="README.md", help="the README whose headline block to fill (\"\" for none)")
     ap.add_argument("--sweep", default=None, help="sweep JSON (default: the first of the family's PRESET_SWEEPS present; \"\" for none)")
-    ap.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date; write nothing")
+    ap.add_argument("--check", action="store_true", help="exit 1 if either file is out of date; write nothing")
     args = ap.parse_args(argv)
     path = args.results or default_results()
     if path is None:
@@ -143,19 +216,29 @@ def main(argv: list[str] | None = None) -> int:
         with open(sweep_path) as f:
             sweep = json.load(f)
     rel = os.path.relpath(path)
-    body = section(result, path if rel.startswith("..") else rel, sweep, gpu_run_exists(result, os.path.dirname(path) or "."))
-    with open(args.readme) as f:
-        old = f.read()
-    new = replace_section(old, body)
+    source = path if rel.startswith("..") else rel
+    body = section(result, source, sweep, gpu_run_exists(result, os.path.dirname(path) or "."))
+    updates = {args.doc: (old := _read(args.doc), replace_section(old, body))}
+    if args.readme:
+        old = _read(args.readme)
+        link = os.path.relpath(args.doc, os.path.dirname(os.path.abspath(args.readme)))
+        new = replace_block(old, headline(result, source, link), HEAD_START, HEAD_END)
+        if new is None:
+            print(f"{args.readme} has no {HEAD_START} ... {HEAD_END} block for the headline; add the two markers "
+                  "where it belongs, or pass --readme \"\"", file=sys.stderr)
+            return 2
+        updates[args.readme] = (old, new)
+    stale = [p for p, (old, new) in updates.items() if new != old]
     if args.check:
-        if new != old:
-            print(f"{args.readme} results section is out of date; run python -m bench.report", file=sys.stderr)
-            return 1
-        return 0
-    if new != old:
-        with open(args.readme, "w") as f:
-            f.write(new)
-    print(f"{args.readme}: results section from {path} ({'updated' if new != old else 'unchanged'})")
+        for p in stale:
+            print(f"{p}: generated block out of date; run python -m bench.report", file=sys.stderr)
+        return 1 if stale else 0
+    for p in stale:
+        os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(updates[p][1])
+    for p in updates:
+        print(f"{p}: generated from {path} ({'updated' if p in stale else 'unchanged'})")
     return 0
 
 

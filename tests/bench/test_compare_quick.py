@@ -65,22 +65,37 @@ def test_quick_json_schema(quick_run):
 
 def test_report_fills_markers_and_keeps_the_rest(quick_run, tmp_path):
     _, out, _ = quick_run
+    doc = tmp_path / "docs" / "RESULTS.md"            # absent: the report creates it
     readme = tmp_path / "README.md"
-    original = "# Title\n\nIntro text.\n\n## Install\n\nsteps\n"
-    readme.write_text(original)
-    args = ["--results", str(out / "cpu-tiny-quick.json"), "--readme", str(readme), "--sweep", ""]
+    intro, rest = "# Title\n\nIntro text.\n\n", "\n\n## Install\n\nsteps\n"
+    readme.write_text(intro + R.HEAD_START + "\n" + R.HEAD_END + rest)
+    args = ["--results", str(out / "cpu-tiny-quick.json"), "--doc", str(doc), "--readme", str(readme), "--sweep", ""]
     assert R.main(args) == 0
-    text = readme.read_text()
-    assert text.startswith(original)
+    text = doc.read_text()
     assert text.count(R.START) == 1 and text.count(R.END) == 1 and "## Results" in text
     body = text[text.index(R.START):text.index(R.END)]
     assert "GPU figures are pending" in body and "different scale" in body and "| mulo_islands |" in body
     assert "meaningless" in body and "1.40x LlamaGen-XL 512" in body
-    # regenerating replaces the block in place, and --check then agrees
-    readme.write_text(text + "\n## After\n\nkept\n")
+    assert "Quality measures" in body and Q.TIER_RULE in body          # the run has bench.measures' columns
+    # the README's headline block is filled, the rest of the README untouched
+    head = readme.read_text()
+    assert head.startswith(intro + R.HEAD_START + "\n") and head.endswith(R.HEAD_END + rest)
+    block = head[head.index(R.HEAD_START):head.index(R.HEAD_END)]
+    assert "`mulo_islands`" in block and "x AR's speed" in block and f"quality tier: {Q.OUTSIDE}" in block
+    assert "[docs/RESULTS.md](docs/RESULTS.md)" in block
+    # hand-written text around the doc's block is kept; regenerating replaces the block in place; --check agrees
+    doc.write_text("# Results\n\nhand text\n\n" + text + "\n## After\n\nkept\n")
     assert R.main(args) == 0 and R.main(args + ["--check"]) == 0
-    again = readme.read_text()
-    assert again.count(R.START) == 1 and again.endswith("## After\n\nkept\n") and again.startswith(original)
+    again = doc.read_text()
+    assert again.count(R.START) == 1 and again.endswith("## After\n\nkept\n") and again.startswith("# Results\n\nhand text")
+    # a stale headline fails --check and is not written by it
+    readme.write_text(intro + R.HEAD_START + "\nold\n" + R.HEAD_END + rest)
+    assert R.main(args + ["--check"]) == 1 and "old" in readme.read_text()
+    # a README without the headline markers is refused (nothing written); --readme "" leaves READMEs alone
+    readme.write_text("# Title\n")
+    doc.unlink()
+    assert R.main(args) == 2 and readme.read_text() == "# Title\n" and not doc.exists()
+    assert R.main(args[:-4] + ["--readme", "", "--sweep", ""]) == 0 and doc.is_file()
 
 
 def test_quick_embedded_drafter_alone_fails_the_tiers(tmp_path):

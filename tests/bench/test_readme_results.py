@@ -1,13 +1,61 @@
-"""The README's results section is what `bench.report` generates from the committed benchmark JSON,
-so the table and the raw numbers cannot drift apart."""
+"""docs/RESULTS.md's results section and README.md's headline are what `bench.report` generates from the
+committed benchmark JSON, so the tables, the headline and the raw numbers cannot drift apart."""
+import copy
+import json
 from pathlib import Path
 
+from bench import measures as Q
 from bench import report as R
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_readme_results_are_those_of_the_committed_benchmark(monkeypatch):
+def test_results_doc_and_headline_are_those_of_the_committed_benchmark(monkeypatch):
     monkeypatch.chdir(ROOT)
     assert R.default_results(str(ROOT / "bench" / "results")) is not None
     assert R.main(["--check"]) == 0
+    doc = (ROOT / "docs" / "RESULTS.md").read_text()
+    assert doc.count(R.START) == 1 and doc.count(R.END) == 1
+    assert R.START not in (ROOT / "README.md").read_text()          # the tables live in the doc only
+
+
+def test_headline_is_on_the_first_screen():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start, end = lines.index(R.HEAD_START), lines.index(R.HEAD_END)
+    assert start < 40 and start < end
+    block = "\n".join(lines[start:end])
+    assert f"`{R.HEADLINE_METHOD}`" in block and "x AR's speed" in block and "quality tier:" in block
+
+
+def committed() -> dict:
+    return json.loads((ROOT / "bench" / "results" / "cpu-embedded.json").read_text())
+
+
+def test_headline_without_tiers_says_not_measured():
+    res = committed()
+    for m in res["methods"].values():
+        m.pop("tier", None)
+    text = R.headline(res, "bench/results/cpu-embedded.json", "docs/RESULTS.md")
+    assert "quality tier: not measured" in text and "No row of this run has a quality tier yet" in text
+    assert "Fastest inside" not in text
+    ratio = res["methods"][R.HEADLINE_METHOD]["wall_ratio_vs_ar"]
+    assert f"{ratio:.2f}x AR's speed" in text                        # the number is the JSON's
+
+
+def test_headline_with_tiers_names_each_tiers_fastest_method():
+    res = copy.deepcopy(committed())
+    verdict = lambda name, ind, good: {"tier": name, "indistinguishable": ind, "as_good": good, "powered": True, "why": []}
+    for n, m in res["methods"].items():
+        m["tier"] = None if n == "ar" else verdict(Q.OUTSIDE, False, False)
+    res["methods"]["zipar"]["tier"] = verdict(Q.INDISTINGUISHABLE, True, True)
+    res["methods"]["sjd"]["tier"] = verdict(Q.AS_GOOD, False, True)
+    res["methods"]["mulo_oracle"]["tier"] = verdict(Q.INDISTINGUISHABLE, True, True)   # not a method: never named
+    text = R.headline(res, "x.json", "docs/RESULTS.md")
+    assert f"quality tier: {Q.OUTSIDE}" in text
+    z = res["methods"]["zipar"]["wall_ratio_vs_ar"]
+    assert f'tier "{Q.INDISTINGUISHABLE}": `zipar`, {z:.2f}x' in text
+    # zipar is faster than sjd in the committed run, and indistinguishable counts as good as AR
+    assert f'tier "{Q.AS_GOOD}": `zipar`' in text
+    res["methods"]["zipar"]["tier"] = verdict(Q.OUTSIDE, False, False)
+    text = R.headline(res, "x.json", "docs/RESULTS.md")
+    assert f'tier "{Q.INDISTINGUISHABLE}": no method of this run.' in text and f'tier "{Q.AS_GOOD}": `sjd`' in text
