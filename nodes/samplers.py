@@ -71,7 +71,7 @@ OUTPUTS = [
                             "the target alone; enlarged to the image size."),
     io.String.Output("statistics", display_name="statistics",
                      tooltip="JSON: target/drafter calls, tokens per target call, acceptance rate, resampled fraction, "
-                             "timings and the settings used (see the README's Nodes section)."),
+                             "timings and the settings used (docs/USAGE.md lists every key)."),
 ]
 
 

@@ -3,7 +3,7 @@
 Each graph loads through app.loadGraphData with every node type known and converts
 (app.graphToPrompt) to its API twin. The embedded comparison is then run from the page
 and its screenshot, outputs shown, is kept in artifacts/workflow_<name>.png.
-MULOSD_UPDATE_PREVIEWS=1 also refreshes the tracked pictures: the README's
+MULOSD_UPDATE_PREVIEWS=1 also refreshes the tracked pictures: docs/USAGE.md's
 docs/images/workflow_embedded.png and the template browser's example_workflows/<name>.jpg.
 """
 from __future__ import annotations

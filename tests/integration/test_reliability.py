@@ -52,7 +52,7 @@ def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 
 
 # ------------------------------------------------------------------ hostile probes
-# The cases of `python -m bench.probe` (the README's Reliability section), on the session's server: each
+# The cases of `python -m bench.probe` (docs/USAGE.md, Reliability), on the session's server: each
 # gives a clear error naming the input or the file, the server stays alive, and the next output is identical
 # to one taken before the probe.
 @pytest.fixture(scope="module")
