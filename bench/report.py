@@ -119,6 +119,13 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
                   + ", ".join(f"{k} = {v}" for k, v in ch.items()) + f". Rule: {sweep['rule']}."
                   + (f" No setting qualified in: {', '.join(kept)}, so the preset values there were kept."
                      if (kept := sweep["sweep"].get("kept_preset_value_in")) else ""), ""]
+        for tier, v in (sweep["sweep"].get("tiers") or {}).items():
+            final = (sweep["sweep"]["stages"].get("final") or {}).get("samples")
+            lines.append(f"- Fastest MuLo-SD setting *{tier}* (the sweep's final stage, {final} images per setting): "
+                         + (f"`{v['label']}`, {v['speed_up']:.2f}x AR's wall time"
+                            + ("" if v["beats_ar"] else ": **it does not beat AR**") if v
+                            else "**none**: no MuLo-SD setting the sweep reached is in this tier") + ".")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -156,8 +163,13 @@ def headline(result: dict, source: str, doc_link: str) -> str:
     for which in Q.TIERS:
         inside = [(r["wall_ratio_vs_ar"], n) for n, r in methods.items() if Q.in_tier(r.get("tier"), which)]
         best = max(inside, default=None)
+        mulo = max([(r, n) for r, n in inside if n.startswith("mulo")], default=None)
         lines.append(f"- Fastest inside the tier \"{which}\": "
-                     + (f"`{best[1]}`, {best[0]:.2f}x AR's speed." if best else "no method of this run."))
+                     + (f"`{best[1]}`, {best[0]:.2f}x AR's speed" if best else "no method of this run")
+                     + ("" if best is None or best[1].startswith("mulo") else
+                        f"; fastest MuLo-SD row there: `{mulo[1]}`, {mulo[0]:.2f}x" if mulo else
+                        "; no MuLo-SD row of this run is there")
+                     + (" (slower than AR)" if mulo and mulo[0] < 1 else "") + ".")
     return "\n".join(lines)
 
 
