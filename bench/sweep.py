@@ -66,7 +66,7 @@ from .tables import fmt_ci, fmt_num, jsonable
 
 log = logging.getLogger("bench.sweep")
 
-TAUS = (0.05, 0.1, 0.2, 0.3, 0.45)
+TAUS = (0.05, 0.1, 0.2, 0.3, 0.45, 0.7)
 KS = (1, 4, 16, 64)
 RADII = (0, 1)
 WINDOWS = (1, 2, 3, 4)

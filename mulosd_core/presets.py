@@ -33,6 +33,7 @@ class MuloDefaults:
     source: str
     rule: str = "mulo"          # the pool: "mulo" (k nearest codes) or "grouped" (GSD's group)
     commit: str = "draft"       # what an accepted position commits (VerifierConfig.commit)
+    tier: str = "not measured"  # the quality tier it was measured in (bench.measures), with its speed-up over AR
 
 
 # Chosen per family by the sweep (bench/sweep.py); real families (LlamaGen, Janus-Pro) keep "paper".
@@ -70,15 +71,26 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
 PAPER = "paper"
 
 
+INDISTINGUISHABLE = "indistinguishable"   # the named preset beside a family's defaults (bench.measures' tier name)
+
+
 def defaults_key(family: str | None, self_drafting: bool = False) -> str:
     """The MULO_DEFAULTS entry the sweep chooses for `family` ("<family>/self" when the target drafts for itself)."""
     return f"{family}/self" if self_drafting else f"{family}"
 
 
-def mulo_defaults(family: str | None = None, self_drafting: bool = False) -> MuloDefaults:
+def mulo_defaults(family: str | None = None, self_drafting: bool = False, tier: str | None = None) -> MuloDefaults:
     """The shipped settings of an embedded family by name (its card's data_family); anything else, a real
     LlamaGen or Janus-Pro model included (family None), gets the paper's. `self_drafting` (the target drafts
-    for itself): the family's "<family>/self" entry where the sweep chose one, else the family's."""
+    for itself): the family's "<family>/self" entry where the sweep chose one, else the family's. `tier`
+    ("indistinguishable"): the family's fastest setting measured in that tier ("<family>/<tier>")."""
+    if tier is not None:
+        key = f"{family}/{tier}"
+        if key not in MULO_DEFAULTS:
+            have = sorted(k for k in MULO_DEFAULTS if k.endswith("/" + tier))
+            raise ValueError(f"no {tier!r} preset for family {family!r}: the sweep found none there (presets with one: "
+                             f"{have or 'none'})")
+        return MULO_DEFAULTS[key]
     if family is None:
         return MULO_DEFAULTS[PAPER]
     if self_drafting and defaults_key(family, True) in MULO_DEFAULTS:
@@ -108,9 +120,10 @@ SJD_WINDOW = 16       # SJD and GSD: tokens drafted and verified per Jacobi iter
 LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for the embedded 1024 (verify.lantern_neighbours)
 
 
-def mulo_verifier(family: str | None = "scenes", *, self_drafting: bool = False, **kw) -> VerifierConfig:
+def mulo_verifier(family: str | None = "scenes", *, self_drafting: bool = False, tier: str | None = None,
+                  **kw) -> VerifierConfig:
     """The Local Verifier with a family's shipped settings (mulo_defaults), `kw` overriding."""
-    d = mulo_defaults(family, self_drafting)
+    d = mulo_defaults(family, self_drafting, tier)
     base = dict(rule=d.rule, tau=d.tau, k_neighbours=d.k_neighbours, expansion_radius=d.expansion_radius,
                 rejection="local", resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope,
                 commit=d.commit)
@@ -118,10 +131,12 @@ def mulo_verifier(family: str | None = "scenes", *, self_drafting: bool = False,
     return VerifierConfig(**base)
 
 
-def mulo_islands(family: str | None = "scenes", *, self_drafting: bool = False, **kw) -> MethodConfig:
+def mulo_islands(family: str | None = "scenes", *, self_drafting: bool = False, tier: str | None = None,
+                 **kw) -> MethodConfig:
     """MuLo-SD as shipped for a family: islands resampling + ZipAR-style parallel drafting, pixel upsampler."""
-    d = mulo_defaults(family, self_drafting)
-    return MethodConfig(verifier=mulo_verifier(family, self_drafting=self_drafting, **kw), upsampler=UpsamplerConfig(),
+    d = mulo_defaults(family, self_drafting, tier)
+    return MethodConfig(verifier=mulo_verifier(family, self_drafting=self_drafting, tier=tier, **kw),
+                        upsampler=UpsamplerConfig(),
                         rows_per_step=d.rows_per_step, parallel_window=d.parallel_window)
 
 
@@ -163,4 +178,5 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_self_pair_defaults": (mi, "self"),                            # the two-model pair's settings
         "mulo_self_paper": (mulo_islands(PAPER), "self"),
         "mulo_self_learned": (replace(ms, upsampler=UpsamplerConfig(kind="learned")), "self"),
-    }
+    } | ({"mulo_indistinguishable": (mulo_islands(family, tier=INDISTINGUISHABLE), "low")}
+         if f"{family}/{INDISTINGUISHABLE}" in MULO_DEFAULTS else {})

@@ -105,3 +105,10 @@ def test_generate_without_a_method_knows_a_self_drafter(monkeypatch):
     for drafter in (own, other):
         engine.generate(target, torch.tensor([1]), drafter=drafter, seed=0, decode=False)
     assert asked == [True, False]
+
+
+def test_a_missing_tier_preset_is_refused_with_the_families_that_have_one():
+    import pytest
+    from mulosd_core import presets as P
+    with pytest.raises(ValueError, match="no 'indistinguishable' preset for family 'patterns'"):
+        P.mulo_defaults("patterns", tier=P.INDISTINGUISHABLE)
