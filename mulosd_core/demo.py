@@ -41,11 +41,20 @@ RESULTS = {"scenes": "bench/results/cpu-embedded.json", "patterns": "bench/resul
 NOT_MEASURED = "not measured"
 
 
-def benchmark_tiers(family: str, root: Path = ROOT) -> dict:
+def _same_settings(stored, current) -> bool:
+    """Whether a results row's config is `current`; a field the row lacks was added later, at a default that
+    keeps the behaviour the row measured."""
+    if isinstance(stored, dict) and isinstance(current, dict):
+        return all(k in current and _same_settings(v, current[k]) for k, v in stored.items())
+    return stored == current
+
+
+def benchmark_tiers(family: str, root: Path = ROOT, configs: dict | None = None) -> dict:
     """{"source": the results file (None when this copy has none), "methods": {name: {"speedup", "tier"}}} for
     the demo's methods, from the family's committed `bench.compare` JSON: "tier" is the row's
-    methods[name]["tier"]["tier"], "reference" for AR, NOT_MEASURED when the run predates the tiers or the
-    file is missing."""
+    methods[name]["tier"]["tier"], "reference" for AR, NOT_MEASURED when the run predates the tiers, the
+    file is missing, or the row was measured at other settings than `configs[name]` (a MethodConfig's
+    to_dict: the presets changed since the benchmark ran)."""
     rel = RESULTS.get(family)
     path = root / rel if rel else None
     rows = {}
@@ -55,6 +64,8 @@ def benchmark_tiers(family: str, root: Path = ROOT) -> dict:
     out = {}
     for name, _ in METHODS:
         m = rows.get(name) or {}
+        if configs and name in configs and not _same_settings(m.get("config"), json.loads(json.dumps(configs[name]))):
+            m = {}                                        # measured at other settings: not these settings' tier
         t = m.get("tier")
         out[name] = {"speedup": m.get("wall_ratio_vs_ar"),
                      "tier": "reference" if name == "ar" else t["tier"] if t else NOT_MEASURED}
@@ -159,7 +170,7 @@ def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu",
         results[name] = dict(seconds=time.perf_counter() - t0, images=torch.cat(images), maps=torch.cat(maps),
                              target_calls=calls / len(classes), drafter_calls=dcalls / len(classes))
     ar, mu = results["ar"], results["mulo_islands"]
-    bench = benchmark_tiers(family)
+    bench = benchmark_tiers(family, configs={n: presets[n][0].to_dict() for n, _ in METHODS})
     tiers = {n: bench["methods"][n]["tier"] for n, _ in METHODS}
     ratio = ar["seconds"] / mu["seconds"]
     os.makedirs(out, exist_ok=True)

@@ -94,3 +94,12 @@ def test_one_class_run_prints_tiers_and_bars(tmp_path, capsys):
     mulo = next(line for line in text.splitlines() if line.startswith("MuLo-SD:"))
     assert "x AR's speed in this run" in mulo and f"tier {s['tiers']['mulo_islands']}" in mulo
     assert D.RESULTS["patterns"] in text
+
+
+def test_a_row_measured_at_other_settings_gives_no_tier():
+    from mulosd_core.presets import method_presets
+    configs = {n: method_presets("scenes")[n][0].to_dict() for n, _ in D.METHODS}
+    got = D.benchmark_tiers("scenes", configs=configs)["methods"]["mulo_islands"]
+    other = dict(configs, mulo_islands={**configs["mulo_islands"], "rows_per_step": 99})
+    assert D.benchmark_tiers("scenes", configs=other)["methods"]["mulo_islands"]["tier"] == D.NOT_MEASURED
+    assert got["tier"] != D.NOT_MEASURED      # the committed benchmark ran the shipped settings
