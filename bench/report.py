@@ -26,6 +26,8 @@ import os
 import re
 import sys
 
+from mulosd_core.presets import method_presets, same_settings
+
 from . import measures as Q
 from .methods import ORACLE
 from .quality import FD_INTERVAL_NOTE
@@ -109,6 +111,10 @@ def section(result: dict, source: str, sweep: dict | None = None, gpu_exists: bo
               time_split_table(result), "",
               "Cost per call (milliseconds, from the engine's timers over all runs; waves per step = island depth):",
               "", call_cost_table(result), ""]
+    if stale := stale_rows(result):
+        lines += [f"Rows measured at settings that today's presets of the same name no longer have (the presets "
+                  f"changed after this run; each row's settings are its `config` in the JSON): "
+                  + ", ".join(f"`{n}`" for n in stale) + ".", ""]
     chk = result.get("checks")
     if chk is not None:
         lines.append(f"Consistency checks: {'passed' if chk.get('passed') else 'FAILED: ' + '; '.join(chk['failures'])}.")
@@ -136,7 +142,34 @@ def row_tier(name: str, m: dict) -> str:
     return tier_label(name, m)
 
 
-def headline(result: dict, source: str, doc_link: str) -> str:
+def stale_rows(result: dict) -> list[str]:
+    """Rows of a results JSON measured at other settings than today's preset of the same name (the presets
+    changed after the run): their numbers stand for the settings in their "config", not for the name."""
+    presets = method_presets(result["settings"].get("family") or None)
+    return [n for n, m in result["methods"].items()
+            if n in presets and m.get("config") is not None and not same_settings(m["config"], presets[n][0])]
+
+
+def _shipped_from_sweep(sweep: dict | None) -> str | None:
+    """The line for MuLo-SD's shipped settings measured in the sweep's final stage (when the sweep's chosen
+    settings are the ones shipped)."""
+    if not sweep:
+        return None
+    tiers = sweep["sweep"].get("tiers") or {}
+    v = tiers.get(Q.AS_GOOD)
+    n = (sweep["sweep"]["stages"].get("final") or {}).get("samples")
+    if not v:
+        return (f"- **MuLo-SD as shipped: no MuLo-SD setting of the sweep is in a tier** (`{sweep['command']}`, "
+                f"{n} images per finalist); the presets kept their values.")
+    ind = tiers.get(Q.INDISTINGUISHABLE)
+    return (f"- **MuLo-SD as shipped (`{HEADLINE_METHOD}`, chosen by the tier sweep): {v['speed_up']:.2f}x AR's speed, "
+            f"quality tier: {Q.AS_GOOD}" + ("" if v["beats_ar"] else "; no MuLo-SD setting beats AR inside a tier")
+            + f".** `{v['label']}`, measured in the sweep's final stage ({n} images per setting, against its own "
+            f"AR runs: `{sweep['command']}`)." + (f" Fastest *{Q.INDISTINGUISHABLE}* setting (`mulo_indistinguishable`): "
+                                                  f"{ind['speed_up']:.2f}x." if ind else ""))
+
+
+def headline(result: dict, source: str, doc_link: str, sweep: dict | None = None) -> str:
     """README's headline block: the default method against AR, speed-up and tier, and what each tier's fastest
     method is; every number from the results JSON."""
     st, hw, ms = result["settings"], result["hardware"], result["methods"]
@@ -147,15 +180,23 @@ def headline(result: dict, source: str, doc_link: str) -> str:
     if m is None:
         return "\n".join(lines + [f"- `{HEADLINE_METHOD}` is not in this run."])
     ci = m.get("wall_ratio_ci") or (None, None)
-    lines.append(f"- **MuLo-SD as shipped (`{HEADLINE_METHOD}`): {m['wall_ratio_vs_ar']:.2f}x AR's speed "
-                 f"[{ci[0]:.2f}, {ci[1]:.2f}], quality tier: {row_tier(HEADLINE_METHOD, m)}.**"
-                 if ci[0] is not None else
-                 f"- **MuLo-SD as shipped (`{HEADLINE_METHOD}`): {m['wall_ratio_vs_ar']:.2f}x AR's speed, "
-                 f"quality tier: {row_tier(HEADLINE_METHOD, m)}.**")
+    stale = HEADLINE_METHOD in stale_rows(result)
+    if stale and (line := _shipped_from_sweep(sweep)):
+        lines.append(line)
+        lines.append(f"- In this run `{HEADLINE_METHOD}` still has the settings shipped before the tier sweep (now the "
+                     f"`mulo_fastest` preset): {m['wall_ratio_vs_ar']:.2f}x AR's speed, quality tier: "
+                     f"{row_tier(HEADLINE_METHOD, m)}.")
+    else:
+        lines.append(f"- **MuLo-SD as shipped (`{HEADLINE_METHOD}`): {m['wall_ratio_vs_ar']:.2f}x AR's speed "
+                     f"[{ci[0]:.2f}, {ci[1]:.2f}], quality tier: {row_tier(HEADLINE_METHOD, m)}.**"
+                     if ci[0] is not None else
+                     f"- **MuLo-SD as shipped (`{HEADLINE_METHOD}`): {m['wall_ratio_vs_ar']:.2f}x AR's speed, "
+                     f"quality tier: {row_tier(HEADLINE_METHOD, m)}.**")
     acc = m.get("acceptance_rate")
     if acc is not None and acc >= 0.995:
         kept = "Every draft is kept" if acc == 1 else f"{acc:.1%} of the drafts are kept"
-        lines.append(f"- {kept}, so these images are the drafter's, lifted to the target's grid, not the target's.")
+        lines.append(f"- {kept} at those settings, so those images are the drafter's, lifted to the target's grid, "
+                     "not the target's.")
     methods = {n: r for n, r in ms.items() if n not in ("ar", ORACLE) and not r.get("control")}
     if not any(r.get("tier") for r in methods.values()):
         lines.append("- No row of this run has a quality tier yet, so none of its speed-ups is comparable.")
@@ -234,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.readme:
         old = _read(args.readme)
         link = os.path.relpath(args.doc, os.path.dirname(os.path.abspath(args.readme)))
-        new = replace_block(old, headline(result, source, link), HEAD_START, HEAD_END)
+        new = replace_block(old, headline(result, source, link, sweep), HEAD_START, HEAD_END)
         if new is None:
             print(f"{args.readme} has no {HEAD_START} ... {HEAD_END} block for the headline; add the two markers "
                   "where it belongs, or pass --readme \"\"", file=sys.stderr)

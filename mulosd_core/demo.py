@@ -25,7 +25,7 @@ from PIL import Image, ImageDraw, ImageFont
 from .data.families import data_family
 from .engine import MAP_COLOURS, generate
 from .models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, load_embedded
-from .presets import method_presets
+from .presets import method_presets, same_settings
 from .textbar import TextBar
 
 
@@ -41,20 +41,12 @@ RESULTS = {"scenes": "bench/results/cpu-embedded.json", "patterns": "bench/resul
 NOT_MEASURED = "not measured"
 
 
-def _same_settings(stored, current) -> bool:
-    """Whether a results row's config is `current`; a field the row lacks was added later, at a default that
-    keeps the behaviour the row measured."""
-    if isinstance(stored, dict) and isinstance(current, dict):
-        return all(k in current and _same_settings(v, current[k]) for k, v in stored.items())
-    return stored == current
-
-
 def benchmark_tiers(family: str, root: Path = ROOT, configs: dict | None = None) -> dict:
     """{"source": the results file (None when this copy has none), "methods": {name: {"speedup", "tier"}}} for
     the demo's methods, from the family's committed `bench.compare` JSON: "tier" is the row's
     methods[name]["tier"]["tier"], "reference" for AR, NOT_MEASURED when the run predates the tiers, the
     file is missing, or the row was measured at other settings than `configs[name]` (a MethodConfig's
-    to_dict: the presets changed since the benchmark ran)."""
+    MethodConfig: the presets changed since the benchmark ran)."""
     rel = RESULTS.get(family)
     path = root / rel if rel else None
     rows = {}
@@ -64,7 +56,7 @@ def benchmark_tiers(family: str, root: Path = ROOT, configs: dict | None = None)
     out = {}
     for name, _ in METHODS:
         m = rows.get(name) or {}
-        if configs and name in configs and not _same_settings(m.get("config"), json.loads(json.dumps(configs[name]))):
+        if configs and name in configs and not same_settings(m.get("config"), configs[name]):
             m = {}                                        # measured at other settings: not these settings' tier
         t = m.get("tier")
         out[name] = {"speedup": m.get("wall_ratio_vs_ar"),
@@ -170,7 +162,7 @@ def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu",
         results[name] = dict(seconds=time.perf_counter() - t0, images=torch.cat(images), maps=torch.cat(maps),
                              target_calls=calls / len(classes), drafter_calls=dcalls / len(classes))
     ar, mu = results["ar"], results["mulo_islands"]
-    bench = benchmark_tiers(family, configs={n: presets[n][0].to_dict() for n, _ in METHODS})
+    bench = benchmark_tiers(family, configs={n: presets[n][0] for n, _ in METHODS})
     tiers = {n: bench["methods"][n]["tier"] for n, _ in METHODS}
     ratio = ar["seconds"] / mu["seconds"]
     os.makedirs(out, exist_ok=True)

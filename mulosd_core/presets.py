@@ -7,6 +7,7 @@ each comes from), not by hand; the engine and the nodes take the target's family
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 from .engine import MethodConfig, VerifierConfig
@@ -180,3 +181,14 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_self_learned": (replace(ms, upsampler=UpsamplerConfig(kind="learned")), "self"),
     } | ({"mulo_indistinguishable": (mulo_islands(family, tier=INDISTINGUISHABLE), "low")}
          if f"{family}/{INDISTINGUISHABLE}" in MULO_DEFAULTS else {})
+
+
+def same_settings(stored: dict | None, config: MethodConfig) -> bool:
+    """Whether a results row's stored config (MethodConfig.to_dict, read back from JSON) is `config`; a field
+    the row lacks was added later, at a default that keeps the behaviour the row measured."""
+    def same(a, b) -> bool:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return all(k in b and same(v, b[k]) for k, v in a.items())
+        return a == b
+    return stored is not None and same(stored, json.loads(json.dumps(config.to_dict())))
+
