@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw, ImageFont
 
 from .data.families import data_family
-from .engine import MAP_COLOURS, generate
+from .engine import MAP_COLOURS, MethodConfig, generate
 from .models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, load_embedded
-from .presets import method_presets, same_settings
+from .presets import INDISTINGUISHABLE, MuloDefaults, method_presets, mulo_config, same_settings
 from .textbar import TextBar
 
 
@@ -38,30 +38,52 @@ METHODS = (("ar", "AR"), ("mulo_islands", "MuLo-SD"))   # preset name, what the 
 ROOT = Path(__file__).resolve().parents[1]               # the clone (bench/results is not in the pack's sdist)
 # each family's committed benchmark (python -m bench.compare), whose tiers the demo prints
 RESULTS = {"scenes": "bench/results/cpu-embedded.json", "patterns": "bench/results/cpu-embedded-patterns.json"}
+# ... and its committed tier sweep (python -m bench.sweep), read when the benchmark's row predates the defaults
+SWEEPS = {"scenes": "bench/results/sweep-embedded-scenes.json"}
 NOT_MEASURED = "not measured"
+
+
+def _read_json(root: Path, rel: str | None) -> dict:
+    path = root / rel if rel else None
+    if path is None or not path.is_file():
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def sweep_tier(family: str, config: MethodConfig, root: Path = ROOT) -> dict | None:
+    """{"source", "speedup", "tier"} of MuLo-SD at `config` in the family's committed tier sweep (its fastest
+    setting per tier, "settings" in MuloDefaults' names), None when no tier's setting is `config`."""
+    tiers = (_read_json(root, SWEEPS.get(family)).get("sweep") or {}).get("tiers") or {}
+    for tier in sorted(tiers, key=lambda t: t != INDISTINGUISHABLE):   # the stricter tier first
+        v = tiers[tier]
+        if v and mulo_config(MuloDefaults(**v["settings"], source=SWEEPS[family])) == config:
+            return {"source": SWEEPS[family], "speedup": v["speed_up"], "tier": tier}
+    return None
 
 
 def benchmark_tiers(family: str, root: Path = ROOT, configs: dict | None = None) -> dict:
     """{"source": the results file (None when this copy has none), "methods": {name: {"speedup", "tier"}}} for
     the demo's methods, from the family's committed `bench.compare` JSON: "tier" is the row's
     methods[name]["tier"]["tier"], "reference" for AR, NOT_MEASURED when the run predates the tiers, the
-    file is missing, or the row was measured at other settings than `configs[name]` (a MethodConfig's
-    MethodConfig: the presets changed since the benchmark ran)."""
-    rel = RESULTS.get(family)
-    path = root / rel if rel else None
-    rows = {}
-    if path is not None and path.is_file():
-        with open(path) as f:
-            rows = json.load(f).get("methods", {})
+    file is missing, or the row was measured at other settings than `configs[name]` (a MethodConfig: the
+    presets changed since the benchmark ran). Such a MuLo-SD row takes the shipped settings' tier from the
+    family's tier sweep where it has one ("source" then names both files)."""
+    rows = _read_json(root, RESULTS.get(family)).get("methods", {})
+    sources = [RESULTS[family]] if rows else []
     out = {}
     for name, _ in METHODS:
         m = rows.get(name) or {}
         if configs and name in configs and not same_settings(m.get("config"), configs[name]):
             m = {}                                        # measured at other settings: not these settings' tier
+            if name == "mulo_islands" and (sw := sweep_tier(family, configs[name], root)):
+                out[name] = {"speedup": sw["speedup"], "tier": sw["tier"]}
+                sources.append(sw["source"])
+                continue
         t = m.get("tier")
         out[name] = {"speedup": m.get("wall_ratio_vs_ar"),
                      "tier": "reference" if name == "ar" else t["tier"] if t else NOT_MEASURED}
-    return {"source": rel if rows else None, "methods": out}
+    return {"source": " and ".join(sources) or None, "methods": out}
 
 
 def font(size: int = 12):

@@ -73,6 +73,8 @@ PAPER = "paper"
 
 
 INDISTINGUISHABLE = "indistinguishable"   # the named preset beside a family's defaults (bench.measures' tier name)
+FASTEST = "fastest"                       # ... and the fastest setting measured, whatever its tier
+NAMED = (INDISTINGUISHABLE, FASTEST)      # "<family>/<name>" entries, each the method "mulo_<name>"
 
 
 def defaults_key(family: str | None, self_drafting: bool = False) -> str:
@@ -121,24 +123,27 @@ SJD_WINDOW = 16       # SJD and GSD: tokens drafted and verified per Jacobi iter
 LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for the embedded 1024 (verify.lantern_neighbours)
 
 
-def mulo_verifier(family: str | None = "scenes", *, self_drafting: bool = False, tier: str | None = None,
-                  **kw) -> VerifierConfig:
-    """The Local Verifier with a family's shipped settings (mulo_defaults), `kw` overriding."""
-    d = mulo_defaults(family, self_drafting, tier)
+def mulo_config(d: MuloDefaults, **kw) -> MethodConfig:
+    """MuLo-SD at the settings `d` (islands resampling, parallel drafting, pixel upsampler), `kw` overriding the
+    verifier's fields."""
     base = dict(rule=d.rule, tau=d.tau, k_neighbours=d.k_neighbours, expansion_radius=d.expansion_radius,
                 rejection="local", resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope,
                 commit=d.commit)
     base.update(kw)
-    return VerifierConfig(**base)
+    return MethodConfig(verifier=VerifierConfig(**base), upsampler=UpsamplerConfig(),
+                        rows_per_step=d.rows_per_step, parallel_window=d.parallel_window)
+
+
+def mulo_verifier(family: str | None = "scenes", *, self_drafting: bool = False, tier: str | None = None,
+                  **kw) -> VerifierConfig:
+    """The Local Verifier with a family's shipped settings (mulo_defaults), `kw` overriding."""
+    return mulo_config(mulo_defaults(family, self_drafting, tier), **kw).verifier
 
 
 def mulo_islands(family: str | None = "scenes", *, self_drafting: bool = False, tier: str | None = None,
                  **kw) -> MethodConfig:
     """MuLo-SD as shipped for a family: islands resampling + ZipAR-style parallel drafting, pixel upsampler."""
-    d = mulo_defaults(family, self_drafting, tier)
-    return MethodConfig(verifier=mulo_verifier(family, self_drafting=self_drafting, tier=tier, **kw),
-                        upsampler=UpsamplerConfig(),
-                        rows_per_step=d.rows_per_step, parallel_window=d.parallel_window)
+    return mulo_config(mulo_defaults(family, self_drafting, tier), **kw)
 
 
 # name -> (method config, which drafter it needs: "low", "same", "self" (the target at the low grid) or None)
@@ -179,8 +184,7 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_self_pair_defaults": (mi, "self"),                            # the two-model pair's settings
         "mulo_self_paper": (mulo_islands(PAPER), "self"),
         "mulo_self_learned": (replace(ms, upsampler=UpsamplerConfig(kind="learned")), "self"),
-    } | ({"mulo_indistinguishable": (mulo_islands(family, tier=INDISTINGUISHABLE), "low")}
-         if f"{family}/{INDISTINGUISHABLE}" in MULO_DEFAULTS else {})
+    } | {f"mulo_{t}": (mulo_islands(family, tier=t), "low") for t in NAMED if f"{family}/{t}" in MULO_DEFAULTS}
 
 
 def same_settings(stored: dict | None, config: MethodConfig) -> bool:

@@ -104,3 +104,28 @@ def test_a_row_measured_at_other_settings_gives_no_tier():
     other = dict(configs, mulo_islands=replace(configs["mulo_islands"], rows_per_step=99))
     assert D.benchmark_tiers("scenes", configs=other)["methods"]["mulo_islands"]["tier"] == D.NOT_MEASURED
     assert got["tier"] != D.NOT_MEASURED      # the committed benchmark ran the shipped settings
+
+
+def test_a_stale_row_takes_the_shipped_settings_tier_from_the_sweep(tmp_path):
+    """The benchmark ran other settings than today's defaults: the tier sweep that chose them gives their tier."""
+    from dataclasses import asdict, replace
+    from mulosd_core.presets import method_presets, mulo_defaults
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+    configs = {n: method_presets("scenes")[n][0] for n, _ in D.METHODS}
+    old = replace(configs["mulo_islands"], rows_per_step=99)
+    rows = {"ar": {"wall_ratio_vs_ar": 1.0, "tier": None},
+            "mulo_islands": {"wall_ratio_vs_ar": 7.0, "config": old.to_dict(), "tier": {"tier": "outside the tiers"}}}
+    (res / "cpu-embedded.json").write_text(json.dumps({"methods": rows}))
+    shipped = {k: v for k, v in asdict(mulo_defaults("scenes")).items() if k not in ("source", "tier")}
+    tiers = {"as good as AR": {"label": "x", "speed_up": 0.8, "beats_ar": False, "settings": shipped},
+             "indistinguishable": None}
+    (res / "sweep-embedded-scenes.json").write_text(json.dumps({"sweep": {"tiers": tiers}}))
+    got = D.benchmark_tiers("scenes", tmp_path, configs=configs)
+    assert got["methods"]["mulo_islands"] == {"speedup": 0.8, "tier": "as good as AR"}
+    assert got["source"] == D.RESULTS["scenes"] + " and " + D.SWEEPS["scenes"]
+    tiers["indistinguishable"] = tiers["as good as AR"]                      # the stricter tier is named first
+    (res / "sweep-embedded-scenes.json").write_text(json.dumps({"sweep": {"tiers": tiers}}))
+    assert D.benchmark_tiers("scenes", tmp_path, configs=configs)["methods"]["mulo_islands"]["tier"] == "indistinguishable"
+    other = dict(configs, mulo_islands=replace(configs["mulo_islands"], rows_per_step=98))   # neither file's settings
+    assert D.benchmark_tiers("scenes", tmp_path, configs=other)["methods"]["mulo_islands"]["tier"] == D.NOT_MEASURED
