@@ -112,6 +112,22 @@ def looks_like(path: str) -> str:
     return f"the file holds {size} bytes of no known weights format"
 
 
+PICKLE_LIMIT = 64 << 20   # a checkpoint's pickle holds names and storage references only: megabytes at most
+
+
+def torch_pickle(path: str) -> Optional[bytes]:
+    """The pickle (data.pkl) of a PyTorch zip archive as bytes, never unpickled, for a cheap look at the
+    names it holds; None when the file is not such an archive (a legacy or damaged file, another format)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            entry = next((i for i in z.infolist() if i.filename.endswith("data.pkl")), None)
+            if entry is None or entry.file_size > PICKLE_LIMIT:
+                return None
+            return z.read(entry)
+    except (OSError, zipfile.BadZipFile, RuntimeError, ValueError):
+        return None
+
+
 def select_weights(obj: Any, path: str, key: Optional[str] = None) -> dict[str, torch.Tensor]:
     """Pick the state dict out of a loaded checkpoint (flat, or nested under model/module/state_dict)."""
     if key is not None:

@@ -23,6 +23,8 @@ import torch.nn.functional as F
 
 from .checkpoints import CheckpointError, check_and_load, read_safetensors, save_safetensors
 
+UPSAMPLER_KIND = "latent_upsampler"   # the "kind" metadata of its files
+
 
 @dataclass
 class LatentUpsamplerConfig:
@@ -75,7 +77,7 @@ class LatentUpsampler(nn.Module):
 
 
 def save_latent_upsampler(net: LatentUpsampler, path: str) -> None:
-    meta = {"kind": "latent_upsampler", "mulosd_config": net.config.to_dict(), "codebook_id": net.codebook_id}
+    meta = {"kind": UPSAMPLER_KIND, "mulosd_config": net.config.to_dict(), "codebook_id": net.codebook_id}
     save_safetensors({k: v.half() for k, v in net.state_dict().items()}, path, meta)
 
 
@@ -85,8 +87,8 @@ def load_latent_upsampler(path: str, device: str | torch.device = "cpu") -> Late
         raise FileNotFoundError(f"{path}: no learned upsampler there; train one with "
                                 "`python -m mulosd_core.train.family --stages upsampler` or use the pixel upsampler")
     sd, meta = read_safetensors(path)
-    if meta.get("kind") != "latent_upsampler":
-        raise CheckpointError(f"{path}: not a learned upsampler (kind {meta.get('kind')!r}, expected 'latent_upsampler')")
+    if meta.get("kind") != UPSAMPLER_KIND:
+        raise CheckpointError(f"{path}: not a learned upsampler (kind {meta.get('kind')!r}, expected {UPSAMPLER_KIND!r})")
     net = LatentUpsampler(LatentUpsamplerConfig(**json.loads(meta["mulosd_config"])))
     check_and_load(net, {k: v.float() for k, v in sd.items()}, path, "learned upsampler")
     net.codebook_id = meta.get("codebook_id", "")

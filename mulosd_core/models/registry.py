@@ -14,7 +14,8 @@ from typing import Optional
 import torch
 
 from ..sampling import SamplingConfig
-from .checkpoints import CheckpointError, check_and_load, read_checkpoint
+from .checkpoints import CheckpointError, check_and_load, clean_keys, read_checkpoint, torch_pickle
+from .latent_upsampler import UPSAMPLER_KIND
 from .llamagen import LlamaGenModel
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
 from .llamagen_vq import VQConfig, VQModel
@@ -108,11 +109,70 @@ def infer_vq_config(sd: dict[str, torch.Tensor], meta: Optional[dict] = None, **
     return VQConfig(**kw)
 
 
+# What a weights file can be (file_kind), in words, and what a loader of each wanted kind asks for instead.
+CLASSIFIER_FORMAT = "mulosd-pattern-classifier"   # the "format" metadata of train.classifier's files
+KINDS = {"gpt": "a LlamaGen GPT", "vq": "a VQ tokenizer",
+         "upsampler": "a learned upsampler (read by the upsampler of kind 'learned', not by a model loader)",
+         "classifier": "an image classifier (the embedded family's evaluation model, not a generator)",
+         "other": "neither a LlamaGen GPT nor a VQ tokenizer"}
+WANTED = {"gpt": "a LlamaGen GPT file (e.g. c2i_XL_384.pt as released, or the embedded target.safetensors)",
+          "vq": "the VQ tokenizer file of the GPT (e.g. vq_ds16_c2i.pt as released, or the embedded vq.safetensors)"}
+
+
+def file_kind(path: str) -> Optional[str]:
+    """What a weights file holds, told from its header alone, no tensor read: 'gpt', 'vq', 'upsampler',
+    'classifier' or 'other' (a readable header of none of these). The header is a safetensors file's JSON
+    (tensor names, metadata) or the pickle of a PyTorch archive (searched for the names, never unpickled).
+    None when the header cannot tell (a missing, damaged or legacy file): the full load says what is wrong."""
+    if path.endswith(".safetensors"):
+        try:
+            names, meta = read_safetensors_meta(path)
+        except CheckpointError:
+            return None
+        if meta.get("kind") == UPSAMPLER_KIND:
+            return "upsampler"
+        if meta.get("format") == CLASSIFIER_FORMAT:
+            return "classifier"
+        kind = detect_kind(clean_keys(dict.fromkeys(names)))
+        return "other" if kind == "unknown" else kind
+    pickled = torch_pickle(path)
+    if pickled is None:
+        return None
+    for kind, markers in (("gpt", (GPT_MARKER, "layers.")), ("vq", (VQ_MARKER, "encoder."))):
+        if all(m.encode() in pickled for m in markers):
+            return kind
+    return "other"
+
+
+def check_file(path: str, want: str, shown: Optional[str] = None) -> Optional[str]:
+    """What is wrong with `path` as a `want` file ('gpt' or 'vq') before its weights are read: no such file,
+    or a header of another kind (file_kind). None when nothing is known to be wrong. The message names the
+    file as `shown` (the path by default; the nodes show it relative to their model folder)."""
+    shown = shown or path
+    if not os.path.isfile(path):
+        return f"{shown}: no such file; check the path (expected {WANTED[want]})"
+    kind = file_kind(path)
+    if kind is None or kind == want:
+        return None
+    return f"{shown} is {KINDS[kind]}, not {KINDS[want]}; choose {WANTED[want]}"
+
+
+def check_model_files(gpt_path: str, vq_path: Optional[str], inputs: tuple[str, str] = ("gpt_path", "vq_path"),
+                      shown: tuple[Optional[str], Optional[str]] = (None, None)) -> None:
+    """Raise one CheckpointError naming every problem check_file finds with the GPT and the VQ file (`vq_path`
+    None: not checked), each after the input it belongs to (`inputs`)."""
+    problems = [f"{name}: {problem}" for name, path, want, label in zip(inputs, (gpt_path, vq_path), ("gpt", "vq"), shown)
+                if path is not None and (problem := check_file(path, want, label))]
+    if problems:
+        raise CheckpointError("; ".join(problems))
+
+
 def _expect(kind: str, want: str, path: str) -> None:
     if kind == want:
         return
-    other = {"gpt": "a LlamaGen GPT", "vq": "a VQ tokenizer"}.get(kind, "neither a LlamaGen GPT nor a VQ tokenizer")
-    raise CheckpointError(f"{path}: expected {'a VQ tokenizer' if want == 'vq' else 'a LlamaGen GPT'} checkpoint, but this file is {other}")
+    if kind == "unknown":   # name the pack's other files (upsampler, classifier) by their metadata
+        kind = file_kind(path) or "other"
+    raise CheckpointError(f"{path}: expected {KINDS[want]} checkpoint, but this file is {KINDS.get(kind, KINDS['other'])}")
 
 
 def load_gpt(path: str, size: Optional[str] = None, key: Optional[str] = None, dtype: torch.dtype = torch.float32,
@@ -304,9 +364,11 @@ def load_model(gpt_path: str, vq_path: str, image_size: Optional[int] = None, dt
     The model's `default_sampling` is `sampling` when given, else what its card records (card_sampling),
     else LlamaGen's published sampling for its kind; `sampling_source` says which.
     """
+    check_model_files(gpt_path, vq_path if vq is None else None)   # a missing or wrong file first, then its size
     size = image_size or stored_image_size(gpt_path)
     if size is None:
-        raise ValueError(f"{gpt_path}: the file does not record its image size; pass image_size (e.g. 256, 384, 512)")
+        raise ValueError(f"image_size: {gpt_path} does not record the image size it generates at; pass image_size "
+                         "(e.g. 256, 384, 512)")
     gpt = load_gpt(gpt_path, dtype=dtype, device=device, **overrides)
     vq = vq if vq is not None else load_vq(vq_path, device=device)
     model = LlamaGenModel(gpt, vq, int(size), name=name or os.path.splitext(os.path.basename(gpt_path))[0])

@@ -23,6 +23,7 @@ from torch import nn
 from ..data.families import DataFamily, data_family
 from ..data.procedural import NUM_CLASSES, PatternDataset
 from ..metrics import accuracy
+from ..models.registry import CLASSIFIER_FORMAT
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ def save_classifier(model: PatternClassifier, out_path: str | os.PathLike, card_
     out_path.parent.mkdir(parents=True, exist_ok=True)
     cfg = asdict(model.config)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(tensors, str(out_path), metadata={"config": json.dumps(cfg), "format": "mulosd-pattern-classifier"})
+    save_file(tensors, str(out_path), metadata={"config": json.dumps(cfg), "format": CLASSIFIER_FORMAT})
     extra = dict(card_extra or {})
     preset = extra.get("preset", {})
     card = {
