@@ -169,20 +169,24 @@ def check_pair(target: ImageARModel, drafter: ImageARModel, method: MethodConfig
 
 
 def check_run(target: ImageARModel, cond, method: MethodConfig, drafter: Optional[ImageARModel] = None,
-              mask: Optional[torch.Tensor] = None) -> None:
+              mask: Optional[torch.Tensor] = None) -> int:
     """What generate checks before any model runs: the drafter/target pair against the method (check_pair)
     and the condition against both models (conditions.check_condition). Settings check themselves when
-    their configs are built. Errors name the input: "drafter/target: ...", "class_id: ...", "prompt: ..."."""
+    their configs are built. Errors name the input: "drafter/target: ...", "class_id: ...", "prompt: ...".
+    Returns the batch: how many images the condition asks for."""
     if method.method == "speculative":
         if drafter is None:
-            raise ValueError("drafter: the speculative method needs a drafter model; got none")
+            raise ValueError("drafter: the speculative method (MuLo-SD, the default) needs a drafter model; got none. "
+                             "Pass drafter= (e.g. registry.load_embedded('drafter')), or sample with the target "
+                             "alone: method=\"ar\" (or \"zipar\", \"sjd\")")
         try:
             check_pair(target, drafter, method)
         except ValueError as e:
             raise ValueError(f"drafter/target: {e}") from None
-    check_condition(target, cond, mask, "target")
+    batch = check_condition(target, cond, mask, "target")
     if method.method == "speculative":
         check_condition(drafter, cond, mask, "drafter")
+    return batch
 
 
 class _Runner:
@@ -736,11 +740,16 @@ def call_sizes(method: MethodConfig, target: ImageARModel, drafter: Optional[Ima
     return chunk, chunk
 
 
-def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = None, method: Optional[MethodConfig] = None,
+def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = None,
+             method: MethodConfig | str | None = None,
              drafter: Optional[ImageARModel] = None, seed: int = 0, mask: Optional[torch.Tensor] = None,
              progress: Optional[Progress] = None, decode: bool = True,
              interrupt: Optional[Check] = None) -> GenerationResult:
     """Run one method on a batch of conditions; returns tokens, images, statistics and acceptance maps.
+
+    `cond`: class ids (a list, a tensor [B] or one int) for c2i, caption features for t2i, prompts for
+    Janus-Pro. `method`: a MethodConfig, a method name ("ar", "zipar", "sjd", "speculative": that
+    method at its config's defaults), or None for the shipped MuLo-SD settings of the target's family.
 
     Before anything runs, the memory the run needs is checked against what is free; every KV
     cache of the run is released when it ends, also when it fails or is cancelled, and an
@@ -752,15 +761,18 @@ def generate(target: ImageARModel, cond, sampling: Optional[SamplingConfig] = No
     if method is None:
         from .presets import drafts_for_itself, model_family, mulo_islands  # presets imports this module
         method = mulo_islands(model_family(target), self_drafting=drafts_for_itself(target, drafter))
-    check_run(target, cond, method, drafter, mask)
-    batch = len(cond)
+    elif isinstance(method, str):
+        method = MethodConfig(method=method)
+    elif not isinstance(method, MethodConfig):
+        raise TypeError(f"method: expected a MethodConfig, a method name {METHODS} or None, got {type(method).__name__}")
+    batch = check_run(target, cond, method, drafter, mask)
     used_drafter = drafter if method.method == "speculative" else None
     target_chunk, drafter_chunk = call_sizes(method, target, used_drafter)
     check_fits(batch, sampling.uses_cfg, target, used_drafter, target_chunk=target_chunk, drafter_chunk=drafter_chunk)
     gpus = sorted({m.device for m in (target, used_drafter) if m is not None and m.device.type == "cuda"}, key=str)
     for dev in gpus:
         torch.cuda.reset_peak_memory_stats(dev)
-    with cache_scope() as caches, out_of_memory_advice(target, batch):
+    with cache_scope() as caches, out_of_memory_advice(target, batch, used_drafter):
         res = _generate(interruptible(target, interrupt), cond, sampling, method, interruptible(drafter, interrupt),
                         seed, mask, progress, decode)
         res.stats.cache_bytes = sum(c.allocated_bytes for c in caches)

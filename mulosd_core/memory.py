@@ -143,15 +143,26 @@ def check_fits(batch: int, cfg: bool, target: ImageARModel, drafter: Optional[Im
             size = f"image_size (now {target.image_size} px" + (f", drafter {drafter.image_size} px" if drafter else "") + ")"
             raise NotEnoughMemory(
                 f"this run needs about {_mb(n)} on {dev} but only {_mb(free)} are free ({detail}); the largest part is "
-                f"{biggest[0]}'s {biggest[1]}. To fit, lower batch_size (now {batch}) or the loaders' {size}, load "
-                f"the models in bfloat16, stream the target's weights from the cpu (the loaders' weights input), or "
-                f"put the drafter on another device")
+                f"{biggest[0]}'s {biggest[1]}. To fit, lower batch_size (now {batch}) or the loaders' {size}, or "
+                f"{_lighter(drafter is not None, torch.device(dev))}")
     return need
 
 
+def _lighter(pair: bool, device: torch.device) -> str:
+    """The rest of the advice, only what applies: lighter weights; streaming them from the cpu where the run is
+    not on the cpu already; moving the drafter where the run has one."""
+    steps = [f"load {'the models' if pair else 'the model'} in bfloat16/float16"]
+    if device.type != "cpu":
+        steps.append("stream the target's weights from the cpu (the loaders' weights input)")
+    if pair:
+        steps.append("put the drafter on another device")
+    return ", ".join(steps[:-1]) + (" or " if len(steps) > 1 else "") + steps[-1]
+
+
 @contextlib.contextmanager
-def out_of_memory_advice(model: ImageARModel, batch: int) -> Iterator[None]:
-    """Turn an allocator failure inside the block into NotEnoughMemory naming the model and what to lower."""
+def out_of_memory_advice(model: ImageARModel, batch: int, drafter: Optional[ImageARModel] = None) -> Iterator[None]:
+    """Turn an allocator failure inside the block into NotEnoughMemory naming the model and what to lower
+    (`drafter`: the run's drafter, None for a target-only run)."""
     try:
         yield
     except (torch.OutOfMemoryError, MemoryError) as e:
@@ -164,6 +175,5 @@ def out_of_memory_advice(model: ImageARModel, batch: int) -> Iterator[None]:
             torch.cuda.empty_cache()
         raise NotEnoughMemory(
             f"{model.name} ran out of memory on {model.device} while sampling a batch of {batch} at grid "
-            f"{model.grid}x{model.grid}; its caches were freed. Lower batch_size or the image size, load the models in "
-            f"bfloat16/float16, stream the target's weights from the cpu (the loaders' weights input), or put the "
-            f"drafter on another device ({type(e).__name__}: {str(e)[:200]})") from None
+            f"{model.grid}x{model.grid}; its caches were freed. Lower batch_size or the image size, or "
+            f"{_lighter(drafter is not None, model.device)} ({type(e).__name__}: {str(e)[:200]})") from None

@@ -58,8 +58,39 @@ def test_pair_errors_are_prefixed_and_come_first(c2i, t2i, no_model_runs):
     exact = MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"))
     with pytest.raises(ValueError, match=r"^drafter/target: acceptance rule 'exact' needs"):
         generate(target, torch.tensor([1]), method=exact, drafter=drafter)
-    with pytest.raises(ValueError, match=r"^drafter: the speculative method needs a drafter model; got none$"):
+    with pytest.raises(ValueError, match=r"^drafter: the speculative method \(MuLo-SD, the default\) needs a drafter "
+                                         r"model; got none\. Pass drafter=.*or sample with the target alone: method=\"ar\""):
         generate(target, torch.tensor([1]))
+
+
+def test_the_advice_without_a_drafter_works_as_written(c2i):
+    """Issue 37: the error names method="ar", and generate takes a method by its name."""
+    target = c2i[0]
+    named = generate(target, torch.tensor([1]), method="ar", seed=3, decode=False)
+    full = generate(target, torch.tensor([1]), method=MethodConfig(method="ar"), seed=3, decode=False)
+    assert named.stats.method == "ar" and torch.equal(named.tokens, full.tokens)
+    with pytest.raises(ValueError, match=r"method must be one of .*got 'fast'"):
+        generate(target, torch.tensor([1]), method="fast")
+    with pytest.raises(TypeError, match=r"^method: expected a MethodConfig, a method name .* or None, got int$"):
+        generate(target, torch.tensor([1]), method=3)
+
+
+def test_a_plain_int_class_is_one_image_of_that_class(c2i):
+    """Issue 37: generate(target, 3) raised a raw TypeError (len of an int)."""
+    target = c2i[0]
+    one = generate(target, 3, method="ar", seed=4, decode=False)
+    listed = generate(target, [3], method="ar", seed=4, decode=False)
+    assert one.tokens.shape == (1, target.num_tokens) and torch.equal(one.tokens, listed.tokens)
+    assert check_condition(target, 3) == 1 and check_condition(target, torch.tensor(3)) == 1
+    assert check_condition(target, [1, 2, 3]) == 3
+
+
+@pytest.mark.parametrize("cond,match", [("3", r"^class_id: expected class ids \(integers\) .*got str$"),
+                                        (3.0, r"^class_id: expected whole numbers"),
+                                        ([], r"^class_id: expected at least one class id .*got none$")])
+def test_a_class_of_another_type_is_refused_naming_the_expected_one(c2i, no_model_runs, cond, match):
+    with pytest.raises(ValueError, match=match):
+        generate(c2i[0], cond, method="ar")
 
 
 def test_a_good_condition_passes(c2i, t2i):

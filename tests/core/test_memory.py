@@ -80,6 +80,27 @@ def test_run_refused_before_any_model_runs_when_memory_is_short(monkeypatch):
     assert calls == []
 
 
+def test_the_advice_names_only_what_the_run_can_change(monkeypatch):
+    """Issue 37: a target-only run was told to put 'the drafter' on another device, and a cpu run to stream
+    its weights from the cpu."""
+    target, drafter = _pair()
+    short = lambda device: 1000   # noqa: E731
+    with pytest.raises(NotEnoughMemory) as e:
+        check_fits(1, False, target, available=short)
+    msg = str(e.value)
+    assert "drafter" not in msg and "stream" not in msg and "load the model in bfloat16/float16" in msg, msg
+    with pytest.raises(NotEnoughMemory) as e:
+        check_fits(1, False, target, drafter, available=short)
+    msg = str(e.value)
+    assert "load the models in bfloat16/float16 or put the drafter on another device" in msg and "stream" not in msg
+    cuda = type("Cuda", (), {"type": "cuda"})()
+    assert memory._lighter(True, cuda) == ("load the models in bfloat16/float16, stream the target's weights from "
+                                           "the cpu (the loaders' weights input) or put the drafter on another device")
+    with pytest.raises(NotEnoughMemory) as e, memory.out_of_memory_advice(target, 1):
+        raise MemoryError()
+    assert "drafter" not in str(e.value)
+
+
 def test_estimate_counts_the_block_in_flight_of_a_streamed_model():
     from mulosd_core.offload import resident_weights, stream_weights
 
