@@ -2,7 +2,9 @@
 
 Files are listed from ComfyUI's model folder "mulosd" (ComfyUI/models/mulosd, any
 `mulosd:` entry of extra_model_paths.yaml) plus the pack's own models/ folder, whose
-embedded/ family is the default. Official LlamaGen .pt files load as released (weights
+embedded/ family is the default. Each list offers only the files of its kind, told by a cheap
+read of their header (registry.file_kind): GPTs for model_name, tokenizers for vq_name.
+Official LlamaGen .pt files load as released (weights
 nested under "model", "module" or "state_dict", or flat); the loader's text output says
 what was found: family, c2i/t2i, size, image size, grid and VQ. Loading the same file with the same settings again
 reuses the loaded model.
@@ -102,8 +104,20 @@ def _in_model_folder(base: str, rel_dir: str) -> bool:
     return any(os.path.isfile(os.path.join(base, *parts[:i], "config.json")) for i in range(1, len(parts) + 1))
 
 
+def files_of(kind: str) -> list[str]:
+    """The model_files() that may be `kind` ('gpt' or 'vq') by a cheap look at their header
+    (registry.check_file): a tokenizer, the embedded classifier or upsampler are left out of the GPT list;
+    a damaged file, whose header cannot tell, stays in both (loading it says what is wrong with it)."""
+    found = ((f, folder_paths.get_full_path(FOLDER, f)) for f in model_files())
+    return [f for f, path in found if path is not None and registry.check_file(path, kind) is None]
+
+
 def gpt_files() -> list[str]:
-    return [f for f in model_files() if not os.path.basename(f).lower().startswith("vq")]
+    return files_of("gpt")
+
+
+def vq_files() -> list[str]:
+    return files_of("vq")
 
 
 def _is_embedded(path: str) -> bool:
@@ -144,11 +158,13 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def resolve_vq(gpt_name: str, gpt_path: str, vq_name: str) -> str:
+def resolve_vq(gpt_name: str, gpt_path: str, vq_name: str) -> tuple[str, str]:
+    """The VQ tokenizer's full path and its name as the list shows it (for 'auto', the embedded one beside the GPT)."""
     if vq_name != "auto":
-        return folder_paths.get_full_path_or_raise(FOLDER, vq_name)
+        return folder_paths.get_full_path_or_raise(FOLDER, vq_name), vq_name
     if _is_embedded(gpt_path):   # each shipped family keeps its tokenizer beside its GPTs
-        return os.path.join(os.path.dirname(gpt_path), registry.EMBEDDED_MEMBERS["vq"])
+        vq = registry.EMBEDDED_MEMBERS["vq"]
+        return os.path.join(os.path.dirname(gpt_path), vq), "/".join(filter(None, (os.path.dirname(gpt_name), vq)))
     raise ValueError(f"vq_name: 'auto' only knows the tokenizer of the embedded models; choose the VQ tokenizer file of "
                      f"{gpt_name} (LlamaGen: vq_ds16_c2i.pt for c2i models, vq_ds16_t2i.pt for t2i models)")
 
@@ -180,8 +196,11 @@ def read_file(path: str, what: str, read):
 
 def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, weights: str = offload.DEFAULT_WEIGHT_MODE) -> ModelHandle:
     """The cached load behind both loader nodes."""
+    problems = check_names(gpt_name, vq_name)   # a missing file or one of another kind, before its image size
+    if problems is not True:
+        raise ValueError(problems)
     gpt_path = folder_paths.get_full_path_or_raise(FOLDER, gpt_name)
-    vq_path = resolve_vq(gpt_name, gpt_path, vq_name)
+    vq_path, vq_shown = resolve_vq(gpt_name, gpt_path, vq_name)
     size = resolve_image_size(gpt_name, gpt_path, image_size)
     dev = resolve_device(device)
     if dtype not in registry.DTYPES:
@@ -191,7 +210,7 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
     model = _models.get(key, lambda: _load_model(gpt_name, gpt_path, vq_path, size, dev, dtype, weights))
     used = {id(m.vq) for m in _models.values()}
     _vqs.keep(lambda vq: id(vq) in used)
-    return ModelHandle(model, gpt_name, gpt_path, vq_path)
+    return ModelHandle(model, gpt_name, gpt_path, vq_path, vq_shown)
 
 
 def _load_model(gpt_name: str, gpt_path: str, vq_path: str, size: int, dev: torch.device, dtype: str,
@@ -216,7 +235,7 @@ def loader_inputs(default: str, role: str) -> list:
         io.Combo.Input("model_name", options=gpt_files(), default=default,
                        tooltip=f"The {role}'s LlamaGen GPT weights (.safetensors or .pt), from ComfyUI/models/mulosd or the "
                                "pack's models/ folder; embedded/* are the small models shipped with the pack."),
-        io.Combo.Input("vq_name", options=["auto"] + model_files(), default="auto",
+        io.Combo.Input("vq_name", options=["auto"] + vq_files(), default="auto",
                        tooltip="The VQ tokenizer the GPT was trained with. auto = the embedded tokenizer (embedded models only); "
                                "LlamaGen files need theirs, e.g. vq_ds16_c2i.pt or vq_ds16_t2i.pt."),
         io.Int.Input("image_size", default=0, min=0, max=4096, step=16,
@@ -243,14 +262,24 @@ def weights_input():
 
 
 def check_names(model_name, vq_name) -> bool | str:
-    """ComfyUI 0.3.75 does not check V3 combo values itself: name the missing file before anything runs."""
+    """Before anything runs (ComfyUI 0.3.75 does not check V3 combo values itself): every file that is missing
+    or of another kind, each after its input. ComfyUI shows the one message on both inputs, so it names both."""
     files = model_files()
-    if model_name is not None and model_name not in files:
-        return (f"model_name: expected one of the {len(files)} files in the mulosd model folders "
-                f"{folder_paths.get_folder_paths(FOLDER)}, got {model_name!r}")
-    if vq_name is not None and vq_name != "auto" and vq_name not in files:
-        return f"vq_name: expected 'auto' or a file in the mulosd model folders, got {vq_name!r}"
-    return True
+    problems = [p for p in (_name_problem("model_name", model_name, "gpt", files),
+                            _name_problem("vq_name", None if vq_name == "auto" else vq_name, "vq", files)) if p]
+    return "; ".join(problems) or True
+
+
+def _name_problem(input_name: str, name, kind: str, files: list[str]) -> str | None:
+    if name is None:   # linked from another node: checked when it runs
+        return None
+    path = folder_paths.get_full_path(FOLDER, name) if name in files else None
+    if path is None:
+        folders = folder_paths.get_folder_paths(FOLDER)
+        return (f"{input_name}: {name!r} is not in the mulosd model folders ({', '.join(folders)}); download it into "
+                f"{folders[0]} (LlamaGen's files: huggingface.co/FoundationVision/LlamaGen), or choose a listed file")
+    problem = registry.check_file(path, kind, shown=name)
+    return f"{input_name}: {problem}" if problem else None
 
 
 class _ModelLoader(io.ComfyNode):
@@ -322,7 +351,8 @@ class MuLoSDSelfDrafter(io.ComfyNode):
         model = self_drafter(target.model, ratio, layers or None)
         n_layer = model.gpt.config.n_layer
         depth = f"{model.exit_layers} of {n_layer} blocks" if model.exit_layers else f"all {n_layer} blocks"
-        handle = ModelHandle(model, f"{target.name} @ {model.grid} x {model.grid} (self)", target.path, target.vq_path)
+        handle = ModelHandle(model, f"{target.name} @ {model.grid} x {model.grid} (self)", target.path, target.vq_path,
+                             target.vq_name)
         text = (f"{handle.name}: no second file loaded; the target's own weights at a {model.grid} x {model.grid} "
                 f"grid, {depth}")
         return io.NodeOutput(handle, ui={"text": [text]})

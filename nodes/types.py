@@ -39,12 +39,13 @@ class ModelHandle:
     name: str          # as the loader's list shows it, e.g. "embedded/target.safetensors" or "janus/Janus-Pro-7B"
     path: str          # full path of the GPT file (Janus-Pro: of the model folder)
     vq_path: str       # full path of the VQ tokenizer file (Janus-Pro: the model folder, which holds the VQ)
+    vq_name: str = ""  # the VQ file as the loader's list shows it, e.g. "embedded/patterns/vq.safetensors"
 
     @property
     def description(self) -> str:
         """The loader's text output: the listed name, what the model says it is and, when streamed, where its
         weights live."""
-        return f"{self.name}: {self.model.describe(os.path.basename(self.vq_path))}{self._streaming}"
+        return f"{self.name}: {self.model.describe(self.vq_name or os.path.basename(self.vq_path))}{self._streaming}"
 
     @property
     def _streaming(self) -> str:

@@ -112,7 +112,7 @@ def test_auto_vq_is_only_for_embedded_models(loaders):
 def test_checkpoint_errors_pass_through_naming_the_file(loaders):
     with pytest.raises(CheckpointError, match=r"c2i_tiny_32\.pt.*head count"):
         run(loaders.MuLoSDLoadTarget, "c2i_tiny_32.pt", vq_name="vq_other.safetensors")
-    with pytest.raises(CheckpointError, match=r"vq_other\.safetensors.*expected a LlamaGen GPT"):
+    with pytest.raises(ValueError, match=r"^model_name: vq_other\.safetensors is a VQ tokenizer, not a LlamaGen GPT"):
         run(loaders.MuLoSDLoadTarget, "vq_other.safetensors", vq_name="vq_other.safetensors", image_size=32)
 
 
@@ -120,9 +120,79 @@ def test_validate_inputs_names_missing_files(loaders):
     cls = loaders.MuLoSDLoadTarget
     assert cls.validate_inputs(model_name="embedded/target.safetensors", vq_name="auto") is True
     msg = cls.validate_inputs(model_name="t2i_XL_stage2_512.pt", vq_name="auto")
-    assert msg.startswith("model_name:") and "t2i_XL_stage2_512.pt" in msg
+    assert msg.startswith("model_name: 't2i_XL_stage2_512.pt' is not in the mulosd model folders") and "download it" in msg
     msg = cls.validate_inputs(model_name="embedded/target.safetensors", vq_name="vq_ds16_c2i.pt")
-    assert msg.startswith("vq_name:") and "vq_ds16_c2i.pt" in msg
+    assert msg.startswith("vq_name: 'vq_ds16_c2i.pt' is not in") and "model_name" not in msg
+
+
+def test_every_missing_file_is_named_after_its_input(loaders):
+    """Issue 37, case 2: the llamagen_c2i workflow without its downloads named the GPT only, never the VQ."""
+    for cls in (loaders.MuLoSDLoadTarget, loaders.MuLoSDLoadDrafter):
+        msg = cls.validate_inputs(model_name="c2i_XL_384.pt", vq_name="vq_ds16_c2i.pt")
+        first, second = msg.split("; vq_name: ")
+        assert first.startswith("model_name: 'c2i_XL_384.pt' is not in") and second.startswith("'vq_ds16_c2i.pt' is not in")
+        with pytest.raises(ValueError, match=r"^model_name: 'c2i_XL_384\.pt' .*; vq_name: 'vq_ds16_c2i\.pt' "):
+            run(cls, "c2i_XL_384.pt", vq_name="vq_ds16_c2i.pt", image_size=384)
+
+
+@pytest.fixture
+def other_kinds(loaders, tmp_path):
+    """The shipped classifier and upsampler in a user folder (other/), beside a truncated file whose header
+    cannot tell what it is."""
+    import shutil
+
+    import folder_paths
+
+    from mulosd_core.models.registry import embedded_path
+
+    folder = tmp_path / "other"
+    folder.mkdir()
+    for member in ("classifier", "upsampler"):
+        shutil.copy(embedded_path(member), folder / f"{member}.safetensors")
+    (folder / "truncated.safetensors").write_bytes(open(embedded_path("vq"), "rb").read()[:5000])
+    folder_paths.add_model_folder_path(loaders.FOLDER, str(tmp_path))
+    yield "other"
+    folder_paths.folder_names_and_paths[loaders.FOLDER][0].remove(str(tmp_path))
+
+
+def test_each_list_offers_only_files_of_its_kind(loaders, other_kinds):
+    """Issue 37, case 1: the classifier and the upsampler were offered as GPTs and tokenizers."""
+    gpts, vqs = loaders.gpt_files(), loaders.vq_files()
+    for name in ("other/classifier.safetensors", "other/upsampler.safetensors"):
+        assert name in loaders.model_files() and name not in gpts and name not in vqs
+    assert {"embedded/target.safetensors", "c2i_tiny_32.pt"} <= set(gpts) and not {"embedded/vq.safetensors",
+                                                                                  "vq_other.safetensors"} & set(gpts)
+    assert {"embedded/vq.safetensors", "vq_other.safetensors"} <= set(vqs) and not {"embedded/target.safetensors",
+                                                                                  "c2i_tiny_32.pt"} & set(vqs)
+    assert "other/truncated.safetensors" in gpts and "other/truncated.safetensors" in vqs   # loading it says why
+    target = {i.id: i for i in loaders.MuLoSDLoadTarget.GET_SCHEMA().inputs}
+    assert target["model_name"].options == gpts and target["vq_name"].options == ["auto"] + vqs
+
+
+@pytest.mark.parametrize("member,kind", [("classifier", "an image classifier"), ("upsampler", "a learned upsampler")])
+def test_a_file_of_another_kind_is_named_as_such_first(loaders, other_kinds, member, kind):
+    """Picking one said 'does not record its image size' first; now its kind, on the input, before anything runs."""
+    name = f"other/{member}.safetensors"
+    msg = loaders.MuLoSDLoadTarget.validate_inputs(model_name=name, vq_name="auto")
+    assert msg.startswith(f"model_name: {name} is {kind}") and "not a LlamaGen GPT; choose a LlamaGen GPT file" in msg
+    msg = loaders.MuLoSDLoadDrafter.validate_inputs(model_name="embedded/drafter.safetensors", vq_name=name)
+    assert msg.startswith(f"vq_name: {name} is {kind}") and "not a VQ tokenizer" in msg
+    for size in (0, 32):
+        with pytest.raises(ValueError, match=rf"^model_name: {name} is {kind}"):
+            run(loaders.MuLoSDLoadTarget, name, image_size=size)
+    msg = loaders.MuLoSDLoadTarget.validate_inputs(model_name=name, vq_name="embedded/target.safetensors")
+    assert "; vq_name: embedded/target.safetensors is a LlamaGen GPT, not a VQ tokenizer" in msg   # both named
+
+
+def test_the_loaders_text_names_the_vq_file_as_listed(loaders):
+    """Issue 37: both families' loaders said 'VQ vq.safetensors' although their tokenizers differ."""
+    scenes = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors").result[0]
+    patterns = run(loaders.MuLoSDLoadDrafter, "embedded/patterns/drafter.safetensors").result[0]
+    chosen = run(loaders.MuLoSDLoadTarget, "embedded/target.safetensors", vq_name="vq_other.safetensors").result[0]
+    assert "VQ embedded/vq.safetensors (codebook" in scenes.description
+    assert "VQ embedded/patterns/vq.safetensors (codebook" in patterns.description
+    assert "VQ vq_other.safetensors (codebook" in chosen.description
+    assert loaders.MuLoSDSelfDrafter.execute(scenes, 2).result[0].vq_name == "embedded/vq.safetensors"
 
 
 def test_device_and_dtype_errors(loaders):

@@ -150,7 +150,7 @@ def test_offload_on_a_real_gpu(text):
 def test_loader_describes_a_t2i_model(t2i):
     d = t2i["target"].description
     assert "text-to-image (t2i)" in d and "grid 8x8" in d and "120 caption tokens of width 24" in d
-    assert "VQ vq.safetensors" in d and "4x downsampling" in d
+    assert "VQ embedded/vq.safetensors" in d and "4x downsampling" in d
 
 
 def test_mulo_sampler_t2i(t2i, conditioning):
