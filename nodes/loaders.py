@@ -207,20 +207,20 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
         raise ValueError(f"dtype: expected one of {list(registry.DTYPES)}, got {dtype!r}")
     offload.check_weight_mode(weights)
     key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype, weights)
-    model = _models.get(key, lambda: _load_model(gpt_name, gpt_path, vq_path, size, dev, dtype, weights))
+    model = _models.get(key, lambda: _load_model(gpt_name, gpt_path, vq_path, size, dev, dtype, weights, vq_shown))
     used = {id(m.vq) for m in _models.values()}
     _vqs.keep(lambda vq: id(vq) in used)
     return ModelHandle(model, gpt_name, gpt_path, vq_path, vq_shown)
 
 
 def _load_model(gpt_name: str, gpt_path: str, vq_path: str, size: int, dev: torch.device, dtype: str,
-                weights: str) -> registry.LlamaGenModel:
+                weights: str, vq_shown: str) -> registry.LlamaGenModel:
     """GPT + VQ tokenizer (shared with the cached models that use the same file on the same device)."""
     vq = _vqs.get((_stamp(vq_path), str(dev)),
                   lambda: read_file(vq_path, "VQ tokenizer", lambda: registry.load_vq(vq_path, device=dev)))
     if size % vq.downsample:
         raise ValueError(f"image_size: expected a multiple of {vq.downsample} (the downsampling of the tokenizer "
-                         f"{os.path.basename(vq_path)}), got {size}")
+                         f"{vq_shown}), got {size}")
     name = os.path.splitext(gpt_name.replace("\\", "/"))[0]
     model = read_file(gpt_path, "LlamaGen GPT", lambda: registry.load_model(
         gpt_path, vq_path, size, registry.DTYPES[dtype], offload.load_device(weights, dev), name=name, vq=vq))

@@ -193,6 +193,8 @@ def test_the_loaders_text_names_the_vq_file_as_listed(loaders):
     assert "VQ embedded/patterns/vq.safetensors (codebook" in patterns.description
     assert "VQ vq_other.safetensors (codebook" in chosen.description
     assert loaders.MuLoSDSelfDrafter.execute(scenes, 2).result[0].vq_name == "embedded/vq.safetensors"
+    with pytest.raises(ValueError, match=r"^image_size: .*tokenizer embedded/patterns/vq\.safetensors\), got 30$"):
+        run(loaders.MuLoSDLoadDrafter, "embedded/patterns/drafter.safetensors", image_size=30)
 
 
 def test_device_and_dtype_errors(loaders):
