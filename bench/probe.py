@@ -4,8 +4,9 @@
 
 Starts a ComfyUI 0.3.75 server with the pack (installed by scripts/setup_comfyui.sh; the same harness
 as tests/integration), then runs each probe as a user of the HTTP API would: bad model files, bad
-parameters, an image size whose run cannot fit, cancels of a batch-8 run at the paper's settings (the shipped
-defaults end before a cancel at 1 s).
+parameters, an image size whose run cannot fit, the loaders' lists and a file of the wrong kind or missing
+(issue 37), cancels of a batch-8 run at the paper's settings (the shipped defaults end before a cancel at
+1 s). The library calls of issue 37 (an int class, no drafter, a missing or wrong file) run in this process.
 For every probe it checks that the error is clear (names the input or the file and what is wrong),
 that the server is alive afterwards, and that the next output is identical to one taken before any
 probe (a fixed AR prompt; for the cancels, the cancelled prompt itself against its undisturbed run).
@@ -33,6 +34,9 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from comfy_server import ComfyServer  # noqa: E402
 
 TARGET, DRAFTER = "embedded/target.safetensors", "embedded/drafter.safetensors"
+LOADERS = ("MuLoSDLoadTarget", "MuLoSDLoadDrafter")
+# bad files whose header says what they are: refused at POST /prompt, before anything runs (issue 37)
+REFUSED_BY_HEADER = {"tokenizer_as_gpt.safetensors"}
 REFERENCE_SEED = 31337
 # The cancel probe runs the paper's verifier settings (tau 0.3, k 8, one row a step): the shipped scenes
 # defaults accept whole drafts and end a batch of 8 in under a second, nothing left to cancel at 1 s; the
@@ -102,16 +106,20 @@ def forget_outputs(server: ComfyServer) -> None:
     time.sleep(1.5)  # the prompt worker drops its output cache when it wakes up to the flag
 
 
-def failure(server: ComfyServer, graph: dict, timeout: float = 300) -> tuple[str, str]:
-    """Queue `graph`, expecting it to be refused: (where, message). `where` is 'validation' for an HTTP 400
-    (message: every node error's message and details) or the failing node's type for an execution error."""
+def post_prompt(server: ComfyServer, graph: dict) -> tuple[int, dict]:
     # posted as text: requests refuses NaN in json=, which a hostile client can send all the same
     r = server.post("/prompt", data=json.dumps({"prompt": graph, "client_id": server.client_id}),
                     headers={"Content-Type": "application/json"}, timeout=300)
     try:
-        status, body = r.status_code, r.json()
+        return r.status_code, r.json()
     except ValueError:
-        status, body = r.status_code, {"raw": r.text}
+        return r.status_code, {"raw": r.text}
+
+
+def failure(server: ComfyServer, graph: dict, timeout: float = 300) -> tuple[str, str]:
+    """Queue `graph`, expecting it to be refused: (where, message). `where` is 'validation' for an HTTP 400
+    (message: every node error's message and details) or the failing node's type for an execution error."""
+    status, body = post_prompt(server, graph)
     if status == 400:
         errs = [f"{e.get('message', '')}: {e.get('details', '')} (input {e.get('extra_info', {}).get('input_name')})"
                 for n in body.get("node_errors", {}).values() for e in n.get("errors", [])]
@@ -162,7 +170,7 @@ def bad_files(server: ComfyServer) -> dict[str, tuple[bytes, str]]:
              "picture.safetensors": (png.getvalue(), "PNG image"),
              "picture.pt": (png.getvalue(), "PNG image"),
              "code.pt": (pickle.dumps({"model": _Marker(str(server.base_dir / "code_ran.txt"))}), "pickle"),
-             "tokenizer_as_gpt.safetensors": (Path(embedded_path("vq")).read_bytes(), "VQ tokenizer")}
+             "tokenizer_as_gpt.safetensors": (Path(embedded_path("vq")).read_bytes(), "is a VQ tokenizer")}
     for name, content, word in (("text", text, "text"), ("random", random, "no known weights format"),
                                 ("zip", foreign.getvalue(), "zip archive"), ("json", js, "JSON")):
         for ext in ("pt", "safetensors"):
@@ -205,7 +213,9 @@ class Prober:
             g = ar_graph(self.info, target=name, batch_size=1)
             g["1"]["inputs"].update(vq_name="embedded/vq.safetensors", image_size=64)  # so the file itself is read
             where, msg = failure(self.server, g)
-            clear = where == "MuLoSDLoadTarget" and name in msg and word in msg and "MemoryError" not in msg
+            # a file whose header says what it is is refused before the prompt runs; the others when read
+            want = "validation" if name in REFUSED_BY_HEADER else "MuLoSDLoadTarget"
+            clear = where == want and name in msg and word in msg and "MemoryError" not in msg
             if name == "code.pt":
                 clear = clear and not (self.server.base_dir / "code_ran.txt").exists()
             rows.append(self.after(Row(f"file {name}", clear, detail=msg)))
@@ -243,10 +253,94 @@ class Prober:
         seconds = time.perf_counter() - t0
         after = rss(self.server)
         words = ["NotEnoughMemory", "image_size (now 4096 px)", "MB are free", "VQ decode/encode"]
-        row = Row("image_size 4096 (AR)", where == "MuLoSDARSampler" and all(w in msg for w in words),
+        # the advice fits the graph: no drafter to move (issue 37), no streaming on the cpu
+        fits = "drafter" not in msg and "stream" not in msg
+        row = Row("image_size 4096 (AR)", where == "MuLoSDARSampler" and all(w in msg for w in words) and fits,
                   detail=f"refused in {seconds:.1f} s, server RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MB: {msg}",
                   numbers={"rss_before_mb": before / 2**20, "rss_after_mb": after / 2**20, "seconds": seconds})
         return self.after(row)
+
+    # -- the loaders' choices (issue 37) -----------------------------------------------------
+    def choices(self) -> list[Row]:
+        """The lists offer only files of their kind; the embedded classifier or upsampler chosen as a GPT is
+        named as such before anything runs; the llamagen_c2i workflow without its downloads names every
+        missing file on each loader; the loader's text names the VQ file as listed."""
+        info, rows = self.server.object_info(), []
+        bad = {"model_name": {f"embedded/{m}.safetensors" for m in ("vq", "classifier", "upsampler")},
+               "vq_name": {f"embedded/{m}.safetensors" for m in ("target", "drafter", "classifier", "upsampler")}}
+        want = {"model_name": "embedded/target.safetensors", "vq_name": "embedded/vq.safetensors"}
+        wrong = [f"{cls}.{name} offers {sorted(bad[name] & set(options(info, cls, name)))}"
+                 for cls in LOADERS for name in bad if bad[name] & set(options(info, cls, name))]
+        missing = [f"{cls}.{name} lacks {want[name]}" for cls in LOADERS for name in want
+                   if want[name] not in options(info, cls, name)]
+        detail = "; ".join(wrong + missing) or ", ".join(f"{name}: {len(options(info, LOADERS[0], name))} files"
+                                                         for name in want)
+        rows.append(self.after(Row("lists offer only their kind", not wrong and not missing, detail=detail)))
+        for member, kind in (("classifier", "is an image classifier"), ("upsampler", "is a learned upsampler")):
+            name = f"embedded/{member}.safetensors"
+            where, msg = failure(self.server, ar_graph(info, target=name, batch_size=1))
+            clear = (where == "validation" and f"{name} {kind}" in msg and "not a LlamaGen GPT" in msg
+                     and "(input model_name)" in msg and "image size" not in msg)
+            rows.append(self.after(Row(f"model_name {name}", clear, detail=msg)))
+        rows.append(self.after(self.c2i_without_downloads()))
+        rows.append(self.after(self.vq_text()))
+        return rows
+
+    def c2i_without_downloads(self) -> Row:
+        """example_workflows/api/llamagen_c2i.json on a server without its files: each loader's model_name
+        and vq_name errors both name both of its files."""
+        graph = json.loads((ROOT / "example_workflows" / "api" / "llamagen_c2i.json").read_text())
+        status, body = post_prompt(self.server, graph)
+        loaders = {k: n for k, n in graph.items() if n["class_type"] in LOADERS}
+        seen, clear = [], status == 400 and bool(loaders)
+        for k, n in loaders.items():
+            errors = {e["extra_info"]["input_name"]: e["details"]
+                      for e in body.get("node_errors", {}).get(k, {}).get("errors", [])}
+            files = (n["inputs"]["model_name"], n["inputs"]["vq_name"])
+            clear = clear and set(errors) == {"model_name", "vq_name"} and all(
+                f"{name}: '{f}' is not in the mulosd model folders" in d for d in errors.values()
+                for name, f in zip(("model_name", "vq_name"), files))
+            seen.append(f"{n['class_type']}: {errors.get('model_name', '(none)')}")
+        return Row("llamagen_c2i without its downloads", clear, detail=" | ".join(seen) or json.dumps(body)[:500])
+
+    def vq_text(self) -> Row:
+        """The loader's text output names the tokenizer as listed: the two embedded families' differ."""
+        g = ar_graph(self.info, target="embedded/patterns/target.safetensors", batch_size=1)
+        entry = self.server.run(g, timeout=300)
+        text = " ".join(entry.get("outputs", {}).get("1", {}).get("text", [])) or json.dumps(entry.get("status"))[:500]
+        return Row("loader text names its VQ file", "VQ embedded/patterns/vq.safetensors (" in text, detail=text)
+
+    # -- library calls (issue 37), in this process ---------------------------------------------
+    def library(self) -> list[Row]:
+        """What a script gets from mulosd_core: one int class, generate without a drafter, load_model on a
+        missing path and on the embedded classifier."""
+        import torch
+
+        from mulosd_core.engine import generate
+        from mulosd_core.models import registry
+
+        target = registry.load_embedded("target")
+        missing = str(Path(tempfile.gettempdir()) / "mulosd-probe-absent" / "c2i_XL_384.pt")
+        calls = [
+            ("generate(target, 3)", lambda: tuple(generate(target, 3, method="ar", decode=False).tokens.shape),
+             [f"returned (1, {target.num_tokens})"]),
+            ("generate without a drafter", lambda: generate(target, torch.tensor([3])),
+             ["drafter: ", 'method="ar"']),
+            ("load_model on a missing path", lambda: registry.load_model(missing, missing.replace("c2i_XL_384", "vq")),
+             ["gpt_path: ", "c2i_XL_384.pt: no such file", "vq_path: ", "vq.pt: no such file"]),
+            ("load_model on the classifier",
+             lambda: registry.load_model(registry.embedded_path("classifier"), registry.embedded_path("vq")),
+             ["gpt_path: ", "classifier.safetensors is an image classifier", "not a LlamaGen GPT"]),
+        ]
+        rows = []
+        for name, call, words in calls:
+            try:
+                msg = f"returned {call()}"
+            except Exception as e:
+                msg = f"{type(e).__name__}: {e}"
+            clear = all(w in msg for w in words) and "image size" not in msg and "TypeError" not in msg
+            rows.append(self.after(Row(f"library: {name}", clear, detail=msg)))
+        return rows
 
     # -- cancel ------------------------------------------------------------------------------
     def run_undisturbed(self, batch: int = CANCEL_BATCH, seed: int = 4242) -> tuple[list[bytes], float]:
@@ -303,6 +397,15 @@ class Prober:
         return row
 
 
+def options(info: dict, class_type: str, name: str) -> list:
+    """A combo input's choices in /object_info (a list, or a COMBO entry's options)."""
+    entry = info[class_type]["input"]["required"][name]
+    return entry[0] if isinstance(entry[0], list) else entry[1].get("options", [])
+
+
+PARTS = ("files", "parameters", "huge_image", "choices", "library", "cancel")
+
+
 def run_probes(server: ComfyServer, cancel_runs: int = 5, only: tuple[str, ...] = ()) -> tuple[list[Row], dict]:
     """All probes on a started server; returns the rows and the memory figures (MB)."""
     p = Prober(server)
@@ -312,7 +415,7 @@ def run_probes(server: ComfyServer, cancel_runs: int = 5, only: tuple[str, ...] 
     forget_outputs(server)
     mem_before = rss(server)
     rows: list[Row] = []
-    for part in ("files", "parameters", "huge_image", "cancel"):
+    for part in PARTS:
         if only and part not in only or part == "cancel" and not cancel_runs:
             continue
         try:
@@ -348,7 +451,7 @@ def table(rows: list[Row], memory: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cancel-runs", type=int, default=5, help="cancels of the batch-8 run (0: skip)")
-    ap.add_argument("--only", nargs="*", default=[], choices=["files", "parameters", "huge_image", "cancel"])
+    ap.add_argument("--only", nargs="*", default=[], choices=list(PARTS))
     ap.add_argument("--out", help="write the table as markdown here")
     ap.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the server to start")
     args = ap.parse_args(argv)

@@ -70,10 +70,27 @@ def _all_ok(rows: list) -> None:
 
 def test_bad_model_files_fail_clearly_and_the_server_stays_usable(prober):
     """Truncated, empty, an image, text, random bytes, a foreign zip, JSON (as .pt and .safetensors), a VQ
-    tokenizer chosen as a GPT, a pickle carrying code (which never runs)."""
+    tokenizer chosen as a GPT (refused before the prompt runs: its header says what it is), a pickle carrying
+    code (which never runs)."""
     rows = prober.files()
     assert len(rows) >= 14
     _all_ok(rows)
+
+
+def test_loaders_offer_their_kind_and_name_every_wrong_or_missing_file(prober):
+    """Issue 37: the lists hold only GPTs / only tokenizers; the embedded classifier or upsampler chosen as a GPT
+    is refused at POST /prompt naming its kind (not 'does not record its image size'); the llamagen_c2i workflow
+    without its downloads names both files on each loader's model_name and vq_name; the loader's text names
+    the tokenizer as listed (embedded/patterns/vq.safetensors)."""
+    rows = prober.choices()
+    assert len(rows) == 5
+    _all_ok(rows)
+
+
+def test_library_calls_name_the_fix(prober):
+    """Issue 37, in the probe's process: an int class is one image, no drafter points to method="ar", a missing
+    path or the classifier is named as such before the image size."""
+    _all_ok(prober.library())
 
 
 def test_every_numeric_input_declares_its_range(info):
