@@ -164,3 +164,24 @@ def test_screen_fails_only_what_is_clearly_outside():
     smooth = _row(c2st_ar=0.70, swd=125.0, samples=64)               # beyond 1.10 x 1.10 of AR's SWD
     assert Q.screen(smooth, ar) == {Q.INDISTINGUISHABLE: False, Q.AS_GOOD: False}
     assert Q.screen(_row(c2st_ar=0.70, swd=118.0, samples=64), ar)[Q.AS_GOOD]       # within the screening margin
+
+
+def test_shuffled_tokens_fail_the_indistinguishable_tier():
+    """Each image's own codes in a random order: the same histogram, none of the spatial structure. The token
+    detector sees it, and that one detector is enough to put the set outside "indistinguishable"."""
+    n = Q.TIER_MIN_SAMPLES
+
+    def lifted(seed: int) -> torch.Tensor:         # images whose neighbouring codes repeat, as real ones do
+        low = tokens(n, seed)[:, :(GRID // 2) ** 2].reshape(n, GRID // 2, GRID // 2)
+        return low.repeat_interleave(2, 1).repeat_interleave(2, 2).reshape(n, -1)
+    ar, fresh = lifted(9), lifted(10)
+    g = torch.Generator().manual_seed(11)
+    shuffled = torch.stack([row[torch.randperm(row.numel(), generator=g)] for row in ar])
+    feats = lambda t: Q.token_features(t, VOCAB, GRID)
+    seen, null = Q.c2st(feats(ar), feats(shuffled), "tokens"), Q.c2st(feats(ar), feats(fresh), "tokens")
+    assert seen.accuracy > 0.9 and null.accuracy < 0.56
+    row = _row()
+    row["c2st_ar"]["tokens"] = {"accuracy": seen.accuracy, "ci": list(seen.ci), "pairs": n}
+    v = Q.tier(row, _row(c2st_ar=None))
+    assert not v["indistinguishable"] and not Q.in_tier(v, Q.INDISTINGUISHABLE)
+    assert any("tokens" in w for w in v["why"])
