@@ -59,3 +59,26 @@ def test_headline_with_tiers_names_each_tiers_fastest_method():
     res["methods"]["zipar"]["tier"] = verdict(Q.OUTSIDE, False, False)
     text = R.headline(res, "x.json", "docs/RESULTS.md")
     assert f'tier "{Q.INDISTINGUISHABLE}": no method of this run.' in text and f'tier "{Q.AS_GOOD}": `sjd`' in text
+
+
+def test_a_stale_headline_row_gives_way_to_the_tier_sweep():
+    """The committed benchmark ran mulo_islands at the settings shipped before the tier sweep: the headline
+    takes the shipped settings' speed and tier from the sweep, and says what the old row measured."""
+    res = copy.deepcopy(committed())
+    res["methods"][R.HEADLINE_METHOD]["config"]["rows_per_step"] = 99          # not today's preset
+    assert R.HEADLINE_METHOD in R.stale_rows(res)
+    v = {"label": "paper: tau=0.3", "speed_up": 0.72, "beats_ar": False, "settings": {}}
+    sweep = {"command": "python -m bench.sweep x", "sweep": {"stages": {"final": {"samples": 400}},
+                                                            "tiers": {Q.AS_GOOD: v, Q.INDISTINGUISHABLE: v}}}
+    text = R.headline(res, "x.json", "docs/RESULTS.md", sweep)
+    assert (f"chosen by the tier sweep): 0.72x AR's speed, quality tier: {Q.INDISTINGUISHABLE}; "
+            "no MuLo-SD setting beats AR inside a tier") in text
+    assert "fastest setting of both tiers" in text and "`python -m bench.sweep x`" in text
+    assert "still has the settings shipped before the tier sweep (now the `mulo_fastest` preset)" in text
+    faster = dict(v, label="tau=0.45", speed_up=1.5, beats_ar=True)             # a faster as-good setting
+    sweep["sweep"]["tiers"][Q.AS_GOOD] = faster
+    text = R.headline(res, "x.json", "docs/RESULTS.md", sweep)
+    assert f"1.50x AR's speed, quality tier: {Q.AS_GOOD}.**" in text and "(`mulo_indistinguishable`): 0.72x" in text
+    sweep["sweep"]["tiers"] = {Q.AS_GOOD: None, Q.INDISTINGUISHABLE: None}
+    assert "no MuLo-SD setting of the sweep is in a tier" in R.headline(res, "x.json", "docs/RESULTS.md", sweep)
+    assert "chosen by the tier sweep" not in R.headline(res, "x.json", "docs/RESULTS.md")   # no sweep: the row itself
