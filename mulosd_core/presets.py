@@ -37,6 +37,16 @@ class MuloDefaults:
     tier: str = "not measured"  # the quality tier it was measured in (bench.measures), with its speed-up over AR
 
 
+# `python -m bench.sweep --family scenes --samples 48 --final-top 5 --threads 1 --recheck 0` (71 min, one thread):
+# screening at 48 samples per setting, then the 5 fastest survivors and the paper's settings at 400 images each,
+# each given its quality tier (bench.measures). Every finalist but the paper's settings failed both tiers (C2ST
+# against AR 0.59-0.70, against real 0.64-0.69 where AR's is 0.57) at 0.92-0.98x AR; the paper's settings are
+# indistinguishable (C2ST 0.53) at 0.72x. No MuLo-SD setting beats AR inside a tier on this pair.
+_SCENES = MuloDefaults(tau=0.3, k_neighbours=8, expansion_radius=1, rows_per_step=1, parallel_window=4,
+                       recheck=0, recheck_scope="drafts",
+                       source="bench/results/sweep-embedded-scenes.md (48 samples per setting, 400 in the final stage)",
+                       tier="indistinguishable at 0.72x AR's speed: no MuLo-SD setting beats AR inside a tier")
+
 # Chosen per family by the sweep (bench/sweep.py); real families (LlamaGen, Janus-Pro) keep "paper".
 MULO_DEFAULTS: dict[str, MuloDefaults] = {
     # `python -m bench.sweep --family patterns --samples 24 --threads 1 --recheck 64 --recheck-scope all` on the
@@ -46,19 +56,8 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
     "patterns": MuloDefaults(tau=0.05, k_neighbours=1, expansion_radius=1, rows_per_step=8, parallel_window=4,
                              recheck=64, recheck_scope="all",
                              source="bench/results/sweep-recheck-embedded.md (24 samples per setting)"),
-    # `python -m bench.sweep --family scenes --samples 48 --final-top 5 --threads 1 --recheck 0` (70 min on 2 cores):
-    # screening at 48 samples per setting, then the 5 fastest survivors and the paper's settings at 400 images each,
-    # each given its quality tier (bench.measures). Every finalist but the paper's settings failed both tiers (C2ST
-    # against AR 0.59-0.70, against real 0.64-0.69 where AR's is 0.57) at 0.92-0.98x AR; the paper's settings are
-    # indistinguishable (C2ST 0.53) at 0.72x. No MuLo-SD setting beats AR inside a tier on this pair.
-    "scenes": MuloDefaults(tau=0.3, k_neighbours=8, expansion_radius=1, rows_per_step=1, parallel_window=4,
-                           recheck=0, recheck_scope="drafts",
-                           source="bench/results/sweep-embedded-scenes.md (48 samples per setting, 400 in the final stage)",
-                           tier="indistinguishable at 0.72x AR's speed: no MuLo-SD setting beats AR inside a tier"),
-    "scenes/indistinguishable": MuloDefaults(tau=0.3, k_neighbours=8, expansion_radius=1, rows_per_step=1,
-                                             parallel_window=4, recheck=0, recheck_scope="drafts",
-                                             source="bench/results/sweep-embedded-scenes.md (400 images in the final stage)",
-                                             tier="indistinguishable at 0.72x AR's speed (the family's defaults)"),
+    "scenes": _SCENES,
+    "scenes/indistinguishable": replace(_SCENES, tier="indistinguishable at 0.72x AR's speed (the family's defaults)"),
     # The scenes defaults before the tiers (chosen by accuracy and FD, docs/HISTORY.md): the pool of 64 nearest
     # codes accepts 99.8% of the upsampled drafts, so the images are the drafter's (bench/results/cpu-embedded.md,
     # 400 images: C2ST against AR 0.99-1.00).
