@@ -5,8 +5,8 @@
 Starts a ComfyUI 0.3.75 server with the pack (installed by scripts/setup_comfyui.sh; the same harness
 as tests/integration), then runs each probe as a user of the HTTP API would: bad model files, bad
 parameters, an image size whose run cannot fit, the loaders' lists and a file of the wrong kind or missing
-(issue 37), cancels of a batch-8 run at the paper's settings (the shipped defaults end before a cancel at
-1 s). The library calls of issue 37 (an int class, no drafter, a missing or wrong file) run in this process.
+(issue 37), cancels of a batch-8 run at the paper's settings (since the tier sweep also the scenes
+defaults). The library calls of issue 37 (an int class, no drafter, a missing or wrong file) run in this process.
 For every probe it checks that the error is clear (names the input or the file and what is wrong),
 that the server is alive afterwards, and that the next output is identical to one taken before any
 probe (a fixed AR prompt; for the cancels, the cancelled prompt itself against its undisturbed run).
@@ -38,9 +38,10 @@ LOADERS = ("MuLoSDLoadTarget", "MuLoSDLoadDrafter")
 # bad files whose header says what they are: refused at POST /prompt, before anything runs (issue 37)
 REFUSED_BY_HEADER = {"tokenizer_as_gpt.safetensors"}
 REFERENCE_SEED = 31337
-# The cancel probe runs the paper's verifier settings (tau 0.3, k 8, one row a step): the shipped scenes
-# defaults accept whole drafts and end a batch of 8 in under a second, nothing left to cancel at 1 s; the
-# paper's settings reject almost every scenes draft and resample it (about 0.9 s an image on one thread).
+# The cancel probe runs the paper's verifier settings (tau 0.3, k 8, one row a step), set on the node so that
+# it does not follow the shipped defaults: settings that accept whole drafts (the preset mulo_fastest) end a
+# batch of 8 in under a second, nothing left to cancel at 1 s; the paper's settings reject almost every scenes
+# draft and resample it (about 0.9 s an image on one thread).
 CANCEL_VERIFIER = "paper"
 CANCEL_BATCH = 8        # images per cancelled run
 CANCEL_AFTER = 1.0      # seconds after the sampler starts
@@ -67,10 +68,8 @@ def node(info: dict, class_type: str, **inputs) -> dict:
     values = {}
     for name, entry in info[class_type]["input"].get("required", {}).items():
         kind, opts = entry[0], (entry[1] if len(entry) > 1 else {})
-        if isinstance(kind, list):
-            values[name] = opts.get("default", kind[0])
-        elif kind == "COMBO":
-            values[name] = opts.get("default", opts.get("options", [None])[0])
+        if isinstance(kind, list) or kind == "COMBO":
+            values[name] = opts.get("default", (combo_choices(entry) or [None])[0])
         elif "default" in opts:
             values[name] = opts["default"]
     values.update(inputs)
@@ -397,10 +396,14 @@ class Prober:
         return row
 
 
+def combo_choices(entry: list) -> list:
+    """A combo input's choices from its /object_info entry (a list, or a COMBO entry's options)."""
+    return entry[0] if isinstance(entry[0], list) else (entry[1] if len(entry) > 1 else {}).get("options", [])
+
+
 def options(info: dict, class_type: str, name: str) -> list:
-    """A combo input's choices in /object_info (a list, or a COMBO entry's options)."""
-    entry = info[class_type]["input"]["required"][name]
-    return entry[0] if isinstance(entry[0], list) else entry[1].get("options", [])
+    """The choices of a required combo input of `class_type`."""
+    return combo_choices(info[class_type]["input"]["required"][name])
 
 
 PARTS = ("files", "parameters", "huge_image", "choices", "library", "cancel")
