@@ -163,14 +163,17 @@ def _shipped_from_sweep(sweep: dict | None) -> str | None:
                 f"{n} images per finalist); the presets kept their values.")
     ind = tiers.get(Q.INDISTINGUISHABLE)
     same = bool(ind) and ind["label"] == v["label"]          # the fastest setting of both tiers: name the stricter
+    if same:
+        beside = f" It is the fastest setting of both tiers (`{HEADLINE_METHOD}` and `mulo_indistinguishable`)."
+    elif ind:
+        beside = f" Fastest *{Q.INDISTINGUISHABLE}* setting (`mulo_indistinguishable`): {ind['speed_up']:.2f}x."
+    else:
+        beside = ""
     return (f"- **MuLo-SD as shipped (`{HEADLINE_METHOD}`, chosen by the tier sweep): {v['speed_up']:.2f}x AR's speed, "
             f"quality tier: {Q.INDISTINGUISHABLE if same else Q.AS_GOOD}"
             + ("" if v["beats_ar"] else "; no MuLo-SD setting beats AR inside a tier")
             + f".** `{v['label']}`, measured in the sweep's final stage ({n} images per setting, against its own "
-            f"AR runs: `{sweep['command']}`)."
-            + (f" It is the fastest setting of both tiers (`{HEADLINE_METHOD}` and `mulo_indistinguishable`)." if same
-               else f" Fastest *{Q.INDISTINGUISHABLE}* setting (`mulo_indistinguishable`): {ind['speed_up']:.2f}x."
-               if ind else ""))
+            f"AR runs: `{sweep['command']}`).{beside}")
 
 
 def headline(result: dict, source: str, doc_link: str, sweep: dict | None = None) -> str:
