@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from . import procedural, scenes
+from .keyed import render_keyed
 
 DEFAULT_FAMILY = "scenes"
 
@@ -39,16 +40,6 @@ class DataFamily:
     def batch(self, class_ids, seed: int, size: int = 64, variation: str | None = None) -> torch.Tensor:
         """Same scenes at every size for the same (class_ids, seed): sample i uses rng([seed, i])."""
         return self.keyed_batch(class_ids, (int(seed),), size, variation)
-
-
-def render_keyed(render: Callable[..., np.ndarray], class_ids, key: Sequence[int], size: int,
-                 variation: str) -> torch.Tensor:
-    ids = np.asarray(class_ids.cpu() if isinstance(class_ids, torch.Tensor) else class_ids, dtype=np.int64).reshape(-1)
-    key = [int(k) for k in key]
-    out = np.empty((len(ids), 3, size, size), dtype=np.float32)
-    for i, c in enumerate(ids):
-        out[i] = render(int(c), np.random.default_rng([*key, i]), size, variation).transpose(2, 0, 1)
-    return torch.from_numpy(out)
 
 
 FAMILIES: dict[str, DataFamily] = {

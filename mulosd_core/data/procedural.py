@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from .keyed import render_keyed
 from .sdf import coverage, length, pixel_grid
 
 CLASS_NAMES: list[str] = [
@@ -283,8 +284,6 @@ def make_image(class_id: int, rng: np.random.Generator, size: int = 64, variatio
 def make_keyed_batch(class_ids: Sequence[int] | torch.Tensor | np.ndarray, key: Sequence[int], size: int = 64,
                      variation: str = "wide") -> torch.Tensor:
     """Render a batch where sample i uses `np.random.default_rng([*key, i])`."""
-    from .families import render_keyed
-
     return render_keyed(make_image, class_ids, key, size, variation)
 
 
