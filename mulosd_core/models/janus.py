@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..sampling import SamplingConfig
+from ..config import SamplingConfig
 from .kv_cache import KVCache, round_up
 from .protocol import ConditionRows
 

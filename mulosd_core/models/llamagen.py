@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..sampling import SamplingConfig
+from ..config import SamplingConfig
 from .kv_cache import KVCache
 from .llamagen_gpt import LlamaGenGPT
 from .llamagen_vq import VQModel

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from ..sampling import SamplingConfig
+from ..config import SamplingConfig
 from .kv_cache import KVCache
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..sampling import SamplingConfig
+from ..config import SamplingConfig
 from .checkpoints import CheckpointError, check_and_load, clean_keys, read_checkpoint, torch_pickle
 from .latent_upsampler import UPSAMPLER_KIND
 from .llamagen import LlamaGenModel
