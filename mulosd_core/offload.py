@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from .memory import available_bytes
 from .models.protocol import ImageARModel
 
 WEIGHT_MODES = ("auto", "on device", "stream from cpu")
@@ -161,8 +162,6 @@ def place_weights(model: ImageARModel, device: torch.device, mode: str, availabl
 
     `available(device)` gives free memory for auto (memory.available_bytes by default; injectable for tests).
     """
-    from .memory import available_bytes
-
     device = torch.device(device)
     free = (available or available_bytes)(device) if mode == "auto" and device.type != "cpu" else None
     choice = choose_weights(mode, device, module_bytes(model.weights_module()), free)

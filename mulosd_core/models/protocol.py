@@ -10,16 +10,13 @@ file alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
+from typing import Optional, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from ..config import SamplingConfig
 from .kv_cache import KVCache
-
-if TYPE_CHECKING:
-    from ..offload import BlockStreamer
 
 
 @dataclass
@@ -32,6 +29,22 @@ class ConditionRows:
     @property
     def rows(self) -> int:
         return self.embeddings.shape[0]
+
+
+class WeightStreamer(Protocol):
+    """What a model's `streamer` offers while its blocks stream from the CPU (offload.BlockStreamer is one).
+    Declared here so this protocol and the memory estimate need not import offload.py."""
+
+    blocks: list[nn.Module]   # the streamed blocks
+    compute: torch.device     # where each block runs
+
+    @property
+    def block_bytes(self) -> int:
+        """The largest block: what streaming adds to the compute device's memory at any moment."""
+    def drop_all(self) -> None:
+        """Send any block left on the compute device (by an exception mid-call) back to the CPU."""
+    def remove(self) -> None:
+        """Stop streaming: every block back on the compute device for good."""
 
 
 @runtime_checkable
@@ -47,7 +60,7 @@ class ImageARModel(Protocol):
     caption_dim: int     # t2i: width of one caption feature (conditions.py checks it); 0 for the others
     family: Optional[str]                       # the embedded family its card names (presets.mulo_defaults); None: real
     default_sampling: Optional[SamplingConfig]  # the sampling it was trained for (ar.model_sampling); None: unknown
-    streamer: Optional["BlockStreamer"]         # set by offload.stream_weights while its blocks stream; else None
+    streamer: Optional[WeightStreamer]          # set by offload.stream_weights while its blocks stream; else None
 
     @property
     def num_tokens(self) -> int: ...
