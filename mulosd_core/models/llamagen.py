@@ -47,7 +47,7 @@ class LlamaGenModel:
         engine (of `layers` blocks). Quality at a grid or exit the model was not trained for is not guaranteed."""
         if grid < 1:
             raise ValueError(f"grid: expected a positive token grid, got {grid}")
-        n_layer = self.gpt.config.n_layer
+        n_layer = self.num_blocks
         if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n_layer):
             raise ValueError(f"layers: expected a whole number of blocks from 1 to {n_layer} (None: all), got {layers!r}")
         view = LlamaGenModel(self.gpt, self.vq, grid * self.vq.downsample, name=name or f"{self.name}@{grid}")
@@ -61,6 +61,12 @@ class LlamaGenModel:
     @property
     def num_tokens(self) -> int:
         return self.grid * self.grid
+
+    @property
+    def num_blocks(self) -> int:
+        """The GPT's transformer blocks, all of them (a view with `exit_layers` runs only the first ones):
+        what the Self Drafter node reports without reading the GPT's config."""
+        return self.gpt.config.n_layer
 
     @property
     def device(self) -> torch.device:
@@ -209,6 +215,6 @@ def self_drafter(target, ratio: Optional[int] = None, layers: Optional[int] = No
     grid = target.grid // ratio
     if layers is None and trained and trained[0] == grid:
         layers = trained[1]
-    n_layer = target.gpt.config.n_layer
+    n_layer = target.num_blocks
     depth = "" if layers is None or layers == n_layer else f", {layers} of {n_layer} blocks"
     return target.at_grid(grid, name=f"{target.name}@{grid} (self{depth})", layers=layers)

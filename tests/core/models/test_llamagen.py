@@ -49,6 +49,7 @@ def test_an_early_exit_view_runs_the_first_blocks_only_with_a_cache_of_its_own_d
     target = tiny_model(4, 1, vq=tiny_vq(0, 16), dim=16, n_layer=3)
     low = target.at_grid(2, layers=1)
     assert low.gpt is target.gpt and low.exit_layers == 1 and "first 1 of 3 layers" in low.describe()
+    assert low.num_blocks == target.num_blocks == 3                   # the exit runs fewer; the model has them all
     assert target.at_grid(2, layers=3).exit_layers is None          # all blocks: no exit
     cache = low.new_cache(1)
     assert len(cache.k) == 1 and low.cache_bytes(1) == cache.nbytes() < target.at_grid(2).cache_bytes(1)
