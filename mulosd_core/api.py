@@ -7,3 +7,16 @@ from __future__ import annotations
 from .engine import MethodConfig, VerifierConfig, generate
 from .sampling import SamplingConfig
 from .upsample import UpsamplerConfig
+
+# -- models: the protocol, loading by file, the families
+from .models.checkpoints import CheckpointError
+from .models.janus import DEFAULT_MAX_PROMPT_TOKENS, JanusModel, load_janus
+from .models.llamagen import LlamaGenModel, self_drafter
+from .models.protocol import ImageARModel
+from .models.registry import (DTYPES, EMBEDDED_DIR, EMBEDDED_MEMBERS, check_file, load_model, load_vq,
+                              stored_image_size)
+from .models.text_encoder import T5CaptionEncoder, clean_caption
+
+# -- where the weights live (the loaders' `weights` input)
+from .offload import (DEFAULT_WEIGHT_MODE, WEIGHT_MODES, check_weight_mode, is_streamed, load_device, place_weights,
+                      weights_report)

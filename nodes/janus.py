@@ -21,8 +21,8 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from mulosd_core import offload
-from mulosd_core.models.janus import DEFAULT_MAX_PROMPT_TOKENS, JanusModel, load_janus
+from mulosd_core.api import (DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_WEIGHT_MODE, JanusModel, check_weight_mode, load_device,
+                             load_janus, place_weights, weights_report)
 
 from .loaders import FOLDER, ModelCache, device_options, folder_stamp, resolve_device, weights_input
 from .text import DTYPE_OPTIONS, resolve_dtype, validate_prompt
@@ -73,23 +73,23 @@ def _missing(name, folders: dict) -> str:
             f"in the mulosd model folders {folder_paths.get_folder_paths(FOLDER)}, got {name!r}")
 
 
-def load(model_name: str, device: str, dtype: str, weights: str = offload.DEFAULT_WEIGHT_MODE) -> ModelHandle:
+def load(model_name: str, device: str, dtype: str, weights: str = DEFAULT_WEIGHT_MODE) -> ModelHandle:
     """The cached load behind Load Janus-Pro."""
     folders = janus_folders()
     if model_name not in folders:
         raise ValueError(_missing(model_name, folders))
     path, dev = folders[model_name], resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    offload.check_weight_mode(weights)
+    check_weight_mode(weights)
     key = (folder_stamp(path), str(dev), dt, weights)
     model = _models.get(key, lambda: _load_model(model_name, path, dev, dt, weights))
     return ModelHandle(model, model_name, path, path)
 
 
 def _load_model(model_name: str, path: str, dev, dt, weights: str) -> JanusModel:
-    model = load_janus(path, offload.load_device(weights, dev), dt, name=model_name)
-    offload.place_weights(model, dev, weights)
-    log.info("MuLo-SD: loaded Janus-Pro %s (%s) on %s; %s", model_name, dt, dev, offload.weights_report(model))
+    model = load_janus(path, load_device(weights, dev), dt, name=model_name)
+    place_weights(model, dev, weights)
+    log.info("MuLo-SD: loaded Janus-Pro %s (%s) on %s; %s", model_name, dt, dev, weights_report(model))
     return model
 
 
@@ -136,7 +136,7 @@ class MuLoSDLoadJanus(io.ComfyNode):
         return True if model_name in folders else _missing(model_name, folders)
 
     @classmethod
-    def execute(cls, model_name, device, dtype, weights=offload.DEFAULT_WEIGHT_MODE) -> io.NodeOutput:
+    def execute(cls, model_name, device, dtype, weights=DEFAULT_WEIGHT_MODE) -> io.NodeOutput:
         handle = load(model_name, device, dtype, weights)
         return io.NodeOutput(handle, ui={"text": [handle.description]})
 

@@ -3,7 +3,7 @@
 Files are listed from ComfyUI's model folder "mulosd" (ComfyUI/models/mulosd, any
 `mulosd:` entry of extra_model_paths.yaml) plus the pack's own models/ folder, whose
 embedded/ family is the default. Each list offers only the files of its kind, told by a cheap
-read of their header (registry.file_kind): GPTs for model_name, tokenizers for vq_name.
+read of their header (check_file): GPTs for model_name, tokenizers for vq_name.
 Official LlamaGen .pt files load as released (weights
 nested under "model", "module" or "state_dict", or flat); the loader's text output says
 what was found: family, c2i/t2i, size, image size, grid and VQ. Loading the same file with the same settings again
@@ -23,17 +23,15 @@ import folder_paths
 import torch
 from comfy_api.latest import io
 
-from mulosd_core import offload
-from mulosd_core.models import registry
-from mulosd_core.models.checkpoints import CheckpointError
-from mulosd_core.models.llamagen import self_drafter
+from mulosd_core.api import (DEFAULT_WEIGHT_MODE, DTYPES, EMBEDDED_DIR, EMBEDDED_MEMBERS, WEIGHT_MODES, CheckpointError,
+                             LlamaGenModel, check_file, check_weight_mode, load_device, load_model, load_vq,
+                             place_weights, self_drafter, stored_image_size, weights_report)
 
 from .types import ModelHandle, MulosdModel
 
 log = logging.getLogger("mulosd.nodes")
 
 FOLDER = "mulosd"
-EMBEDDED_DIR = registry.EMBEDDED_DIR            # <pack>/models/embedded
 DEVICES = ["auto", "cpu", "cuda", "mps"]
 
 
@@ -106,10 +104,10 @@ def _in_model_folder(base: str, rel_dir: str) -> bool:
 
 def files_of(kind: str) -> list[str]:
     """The model_files() that may be `kind` ('gpt' or 'vq') by a cheap look at their header
-    (registry.check_file): a tokenizer, the embedded classifier or upsampler are left out of the GPT list;
+    (check_file): a tokenizer, the embedded classifier or upsampler are left out of the GPT list;
     a damaged file, whose header cannot tell, stays in both (loading it says what is wrong with it)."""
     found = ((f, folder_paths.get_full_path(FOLDER, f)) for f in model_files())
-    return [f for f, path in found if path is not None and registry.check_file(path, kind) is None]
+    return [f for f, path in found if path is not None and check_file(path, kind) is None]
 
 
 def gpt_files() -> list[str]:
@@ -163,7 +161,7 @@ def resolve_vq(gpt_name: str, gpt_path: str, vq_name: str) -> tuple[str, str]:
     if vq_name != "auto":
         return folder_paths.get_full_path_or_raise(FOLDER, vq_name), vq_name
     if _is_embedded(gpt_path):   # each shipped family keeps its tokenizer beside its GPTs
-        vq = registry.EMBEDDED_MEMBERS["vq"]
+        vq = EMBEDDED_MEMBERS["vq"]
         return os.path.join(os.path.dirname(gpt_path), vq), "/".join(filter(None, (os.path.dirname(gpt_name), vq)))
     raise ValueError(f"vq_name: 'auto' only knows the tokenizer of the embedded models; choose the VQ tokenizer file of "
                      f"{gpt_name} (LlamaGen: vq_ds16_c2i.pt for c2i models, vq_ds16_t2i.pt for t2i models)")
@@ -173,7 +171,7 @@ def resolve_image_size(gpt_name: str, gpt_path: str, image_size: int) -> int:
     """0 = the size the file records (our safetensors), else the number ending the file name (c2i_XL_384.pt)."""
     if image_size:
         return image_size
-    size = registry.stored_image_size(gpt_path)
+    size = stored_image_size(gpt_path)
     if size is None:
         m = re.search(r"_(\d{2,4})\.[a-z]+$", os.path.basename(gpt_name))
         size = int(m.group(1)) if m else None
@@ -194,7 +192,7 @@ def read_file(path: str, what: str, read):
                               f"{str(e).strip()[:300]})") from None
 
 
-def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, weights: str = offload.DEFAULT_WEIGHT_MODE) -> ModelHandle:
+def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, weights: str = DEFAULT_WEIGHT_MODE) -> ModelHandle:
     """The cached load behind both loader nodes."""
     problems = check_names(gpt_name, vq_name)   # a missing file or one of another kind, before its image size
     if problems is not True:
@@ -203,9 +201,9 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
     vq_path, vq_shown = resolve_vq(gpt_name, gpt_path, vq_name)
     size = resolve_image_size(gpt_name, gpt_path, image_size)
     dev = resolve_device(device)
-    if dtype not in registry.DTYPES:
-        raise ValueError(f"dtype: expected one of {list(registry.DTYPES)}, got {dtype!r}")
-    offload.check_weight_mode(weights)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {dtype!r}")
+    check_weight_mode(weights)
     key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype, weights)
     model = _models.get(key, lambda: _load_model(gpt_name, gpt_path, vq_path, size, dev, dtype, weights, vq_shown))
     used = {id(m.vq) for m in _models.values()}
@@ -214,19 +212,19 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
 
 
 def _load_model(gpt_name: str, gpt_path: str, vq_path: str, size: int, dev: torch.device, dtype: str,
-                weights: str, vq_shown: str) -> registry.LlamaGenModel:
+                weights: str, vq_shown: str) -> LlamaGenModel:
     """GPT + VQ tokenizer (shared with the cached models that use the same file on the same device)."""
     vq = _vqs.get((_stamp(vq_path), str(dev)),
-                  lambda: read_file(vq_path, "VQ tokenizer", lambda: registry.load_vq(vq_path, device=dev)))
+                  lambda: read_file(vq_path, "VQ tokenizer", lambda: load_vq(vq_path, device=dev)))
     if size % vq.downsample:
         raise ValueError(f"image_size: expected a multiple of {vq.downsample} (the downsampling of the tokenizer "
                          f"{vq_shown}), got {size}")
     name = os.path.splitext(gpt_name.replace("\\", "/"))[0]
-    model = read_file(gpt_path, "LlamaGen GPT", lambda: registry.load_model(
-        gpt_path, vq_path, size, registry.DTYPES[dtype], offload.load_device(weights, dev), name=name, vq=vq))
-    offload.place_weights(model, dev, weights)
+    model = read_file(gpt_path, "LlamaGen GPT", lambda: load_model(
+        gpt_path, vq_path, size, DTYPES[dtype], load_device(weights, dev), name=name, vq=vq))
+    place_weights(model, dev, weights)
     log.info("MuLo-SD: loaded %s (%d px, grid %d) on %s; %s", gpt_name, size, model.grid, dev,
-             offload.weights_report(model))
+             weights_report(model))
     return model
 
 
@@ -245,7 +243,7 @@ def loader_inputs(default: str, role: str) -> list:
                        tooltip="Where the model runs; auto = ComfyUI's compute device (honours --cpu). With several "
                                "GPUs, cuda:N places this model on GPU N, e.g. the drafter on one GPU and the target on "
                                "another; a small drafter can also run on the cpu."),
-        io.Combo.Input("dtype", options=list(registry.DTYPES), default="float32",
+        io.Combo.Input("dtype", options=list(DTYPES), default="float32",
                        tooltip="Weight precision of the GPT (the VQ tokenizer stays float32); bfloat16/float16 halve memory on GPUs."),
         weights_input(),
     ]
@@ -253,7 +251,7 @@ def loader_inputs(default: str, role: str) -> list:
 
 def weights_input():
     return io.Combo.Input(
-        "weights", options=list(offload.WEIGHT_MODES), default=offload.DEFAULT_WEIGHT_MODE,
+        "weights", options=list(WEIGHT_MODES), default=DEFAULT_WEIGHT_MODE,
         tooltip="Where the weights wait between uses on a GPU. 'stream from cpu' keeps the transformer blocks in CPU "
                 "memory and copies each to the GPU only while it runs: the GPU then holds little more than the caches, "
                 "so a drafter and a target fit where one model did, at the cost of one copy of the weights per call "
@@ -278,7 +276,7 @@ def _name_problem(input_name: str, name, kind: str, files: list[str]) -> str | N
         folders = folder_paths.get_folder_paths(FOLDER)
         return (f"{input_name}: {name!r} is not in the mulosd model folders ({', '.join(folders)}); download it into "
                 f"{folders[0]} (LlamaGen's files: huggingface.co/FoundationVision/LlamaGen), or choose a listed file")
-    problem = registry.check_file(path, kind, shown=name)
+    problem = check_file(path, kind, shown=name)
     return f"{input_name}: {problem}" if problem else None
 
 
@@ -290,7 +288,7 @@ class _ModelLoader(io.ComfyNode):
         return check_names(model_name, vq_name)
 
     @classmethod
-    def execute(cls, model_name, vq_name, image_size, device, dtype, weights=offload.DEFAULT_WEIGHT_MODE) -> io.NodeOutput:
+    def execute(cls, model_name, vq_name, image_size, device, dtype, weights=DEFAULT_WEIGHT_MODE) -> io.NodeOutput:
         handle = load(model_name, vq_name, image_size, device, dtype, weights)
         return io.NodeOutput(handle, ui={"text": [handle.description]})
 
@@ -349,8 +347,8 @@ class MuLoSDSelfDrafter(io.ComfyNode):
     @classmethod
     def execute(cls, target: ModelHandle, ratio: int = 2, layers: int = 0) -> io.NodeOutput:
         model = self_drafter(target.model, ratio, layers or None)
-        n_layer = model.gpt.config.n_layer
-        depth = f"{model.exit_layers} of {n_layer} blocks" if model.exit_layers else f"all {n_layer} blocks"
+        blocks = model.num_blocks
+        depth = f"{model.exit_layers} of {blocks} blocks" if model.exit_layers else f"all {blocks} blocks"
         handle = ModelHandle(model, f"{target.name} @ {model.grid} x {model.grid} (self)", target.path, target.vq_path,
                              target.vq_name)
         text = (f"{handle.name}: no second file loaded; the target's own weights at a {model.grid} x {model.grid} "

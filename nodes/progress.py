@@ -18,7 +18,7 @@ import torch
 from comfy.cli_args import args
 from PIL import Image
 
-from mulosd_core.models.protocol import ImageARModel
+from mulosd_core.api import ImageARModel
 
 
 class StepProgress:

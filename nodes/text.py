@@ -17,8 +17,7 @@ import folder_paths
 import torch
 from comfy_api.latest import io
 
-from mulosd_core.models.registry import DTYPES
-from mulosd_core.models.text_encoder import T5CaptionEncoder, clean_caption
+from mulosd_core.api import DTYPES, T5CaptionEncoder, clean_caption
 
 from .loaders import FOLDER, ModelCache, device_options, folder_stamp, resolve_device
 from .types import Conditioning, MulosdConditioning, MulosdTextEncoder, TextEncoderHandle

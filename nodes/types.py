@@ -20,9 +20,7 @@ from dataclasses import dataclass
 import torch
 from comfy_api.latest import io
 
-from mulosd_core.models.protocol import ImageARModel
-from mulosd_core.models.text_encoder import T5CaptionEncoder
-from mulosd_core.offload import is_streamed, weights_report
+from mulosd_core.api import ImageARModel, T5CaptionEncoder, is_streamed, weights_report
 
 MulosdModel = io.Custom("MULOSD_MODEL")
 MulosdUpsampler = io.Custom("MULOSD_UPSAMPLER")
