@@ -14,9 +14,7 @@ target) formats the one prompt with its own processor when the sampler runs.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 
 import folder_paths
 from comfy_api.latest import io
@@ -24,7 +22,8 @@ from comfy_api.latest import io
 from mulosd_core.api import (DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_WEIGHT_MODE, JanusModel, check_weight_mode, load_device,
                              load_janus, place_weights, weights_report)
 
-from .loaders import FOLDER, ModelCache, device_options, folder_stamp, resolve_device, weights_input
+from .folders import folder_stamp, model_folders
+from .loaders import FOLDER, ModelCache, device_options, resolve_device, weights_input
 from .text import DTYPE_OPTIONS, resolve_dtype, validate_prompt
 from .types import JanusPrompt, ModelHandle, MulosdConditioning, MulosdModel
 
@@ -32,39 +31,15 @@ log = logging.getLogger("mulosd.nodes")
 
 SUBFOLDER = "janus"    # ComfyUI/models/mulosd/janus/Janus-Pro-7B
 DEFAULT_MODEL = f"{SUBFOLDER}/Janus-Pro-7B"
-MAX_DEPTH = 3          # mulosd/<a>/<b>/<c>/config.json (e.g. a Hugging Face snapshot)
 CACHE_SIZE = 2         # a drafter and a target
 _models = ModelCache(CACHE_SIZE)
 # the text-to-image example of Janus-Pro's README
 EXAMPLE_PROMPT = "A stunning princess from kabul in red, white traditional clothing, blue eyes, brown hair"
 
 
-def _model_type(path: str):
-    try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            return json.load(f).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def janus_folders() -> dict[str, str]:
     """Listed name -> full path of every Janus folder (config.json with model_type "janus") under the mulosd folders."""
-    found: dict[str, str] = {}
-    for base in folder_paths.get_folder_paths(FOLDER):
-        if not os.path.isdir(base):
-            continue
-        for root, dirs, files in os.walk(base, followlinks=True):
-            rel = os.path.relpath(root, base)
-            depth = 0 if rel == "." else rel.count(os.sep) + 1
-            if rel != "." and "config.json" in files:
-                dirs[:] = []  # a model folder: its subfolders are its own business
-                if _model_type(root) == "janus":
-                    found.setdefault(rel.replace(os.sep, "/"), root)
-            elif depth >= MAX_DEPTH:
-                dirs[:] = []
-            else:
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-    return dict(sorted(found.items()))
+    return model_folders((FOLDER,), ("janus",))
 
 
 def _missing(name, folders: dict) -> str:

@@ -27,6 +27,7 @@ from mulosd_core.api import (DEFAULT_WEIGHT_MODE, DTYPES, EMBEDDED_DIR, EMBEDDED
                              LlamaGenModel, check_file, check_weight_mode, load_device, load_model, load_vq,
                              place_weights, self_drafter, stored_image_size, weights_report)
 
+from .folders import file_stamp, weights_files
 from .types import ModelHandle, MulosdModel
 
 log = logging.getLogger("mulosd.nodes")
@@ -91,15 +92,7 @@ register_model_folders()  # at import: ComfyUI 0.3.75 never calls ComfyExtension
 def model_files() -> list[str]:
     """Weights files in the mulosd folders, less those inside a transformers model folder (one with a
     config.json, e.g. a FLAN-T5 text encoder kept there): those are not LlamaGen GPT or VQ files."""
-    files = folder_paths.get_filename_list(FOLDER)
-    bases = folder_paths.get_folder_paths(FOLDER)
-    return [f for f in files if not (os.path.dirname(f) and
-                                     any(_in_model_folder(base, os.path.dirname(f)) for base in bases))]
-
-
-def _in_model_folder(base: str, rel_dir: str) -> bool:
-    parts = rel_dir.replace("\\", "/").split("/")
-    return any(os.path.isfile(os.path.join(base, *parts[:i], "config.json")) for i in range(1, len(parts) + 1))
+    return weights_files(FOLDER)
 
 
 def files_of(kind: str) -> list[str]:
@@ -122,17 +115,6 @@ def _is_embedded(path: str) -> bool:
     """A file of a shipped family: in models/embedded (scenes) or one of its sub-folders (patterns)."""
     folder, root = os.path.dirname(os.path.realpath(path)), os.path.realpath(EMBEDDED_DIR)
     return folder == root or folder.startswith(root + os.sep)
-
-
-def _stamp(path: str) -> tuple:
-    st = os.stat(path)
-    return os.path.realpath(path), st.st_mtime_ns, st.st_size
-
-
-def folder_stamp(path: str) -> tuple:
-    """A model folder and the times and sizes of its config and weights: a changed file is loaded again."""
-    files = sorted(n for n in os.listdir(path) if n == "config.json" or n.endswith((".safetensors", ".bin")))
-    return (os.path.realpath(path),) + tuple(_stamp(os.path.join(path, n))[1:] + (n,) for n in files)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -204,7 +186,7 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {dtype!r}")
     check_weight_mode(weights)
-    key = (_stamp(gpt_path), _stamp(vq_path), size, str(dev), dtype, weights)
+    key = (file_stamp(gpt_path), file_stamp(vq_path), size, str(dev), dtype, weights)
     model = _models.get(key, lambda: _load_model(gpt_name, gpt_path, vq_path, size, dev, dtype, weights, vq_shown))
     used = {id(m.vq) for m in _models.values()}
     _vqs.keep(lambda vq: id(vq) in used)
@@ -214,7 +196,7 @@ def load(gpt_name: str, vq_name: str, image_size: int, device: str, dtype: str, 
 def _load_model(gpt_name: str, gpt_path: str, vq_path: str, size: int, dev: torch.device, dtype: str,
                 weights: str, vq_shown: str) -> LlamaGenModel:
     """GPT + VQ tokenizer (shared with the cached models that use the same file on the same device)."""
-    vq = _vqs.get((_stamp(vq_path), str(dev)),
+    vq = _vqs.get((file_stamp(vq_path), str(dev)),
                   lambda: read_file(vq_path, "VQ tokenizer", lambda: load_vq(vq_path, device=dev)))
     if size % vq.downsample:
         raise ValueError(f"image_size: expected a multiple of {vq.downsample} (the downsampling of the tokenizer "

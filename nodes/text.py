@@ -8,18 +8,16 @@ back to the CPU (offload) before the two GPTs run.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 
 import comfy.model_management
-import folder_paths
 import torch
 from comfy_api.latest import io
 
 from mulosd_core.api import DTYPES, T5CaptionEncoder, clean_caption
 
-from .loaders import FOLDER, ModelCache, device_options, folder_stamp, resolve_device
+from .folders import base_paths, folder_stamp, model_folders
+from .loaders import FOLDER, ModelCache, device_options, resolve_device
 from .types import Conditioning, MulosdConditioning, MulosdTextEncoder, TextEncoderHandle
 
 log = logging.getLogger("mulosd.nodes")
@@ -27,40 +25,15 @@ log = logging.getLogger("mulosd.nodes")
 TEXT_FOLDERS = ("text_encoders", FOLDER)
 DEFAULT_ENCODER = "flan-t5-xl"
 DTYPE_OPTIONS = ["auto", *DTYPES]   # auto: bfloat16 on GPUs that have it, else float32 (resolve_dtype)
-MAX_DEPTH = 3          # models/text_encoders/<a>/<b>/<c>/config.json (e.g. a Hugging Face snapshot)
 CACHE_SIZE = 2
 _encoders = ModelCache(CACHE_SIZE)
 EXAMPLE_PROMPT = ("A portrait photo of a kangaroo wearing an orange hoodie and blue sunglasses standing on the grass "
                   "in front of the Sydney Opera House holding a sign on the chest that says Welcome Friends!")
 
 
-def _is_t5_folder(path: str) -> bool:
-    try:
-        with open(os.path.join(path, "config.json")) as f:
-            return json.load(f).get("model_type") in ("t5", "mt5")
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def encoder_folders() -> dict[str, str]:
     """Listed name -> full path of every T5 folder (a folder with a T5 config.json) under the model folders."""
-    found: dict[str, str] = {}
-    for kind in TEXT_FOLDERS:
-        for base in folder_paths.get_folder_paths(kind) if kind in folder_paths.folder_names_and_paths else []:
-            if not os.path.isdir(base):
-                continue
-            for root, dirs, files in os.walk(base, followlinks=True):
-                rel = os.path.relpath(root, base)
-                depth = 0 if rel == "." else rel.count(os.sep) + 1
-                if rel != "." and "config.json" in files:
-                    dirs[:] = []  # a model folder: its subfolders are its own business
-                    if _is_t5_folder(root):
-                        found.setdefault(rel.replace(os.sep, "/"), root)
-                elif depth >= MAX_DEPTH:
-                    dirs[:] = []
-                else:
-                    dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-    return dict(sorted(found.items()))
+    return model_folders(TEXT_FOLDERS, ("t5", "mt5"))
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -124,7 +97,7 @@ def encode(handle: TextEncoderHandle, prompt: str) -> Conditioning:
 
 
 def _missing(name, folders: dict) -> str:
-    where = [p for k in TEXT_FOLDERS if k in folder_paths.folder_names_and_paths for p in folder_paths.get_folder_paths(k)]
+    where = base_paths(TEXT_FOLDERS)
     return (f"encoder_name: expected one of the {len(folders)} T5 folders (a folder with config.json, weights and "
             f"tokenizer files) in {where}, got {name!r}")
 
