@@ -51,14 +51,13 @@ def test_combo_values_outside_the_options_name_the_input_and_its_choices(tiny_mo
 
 
 def test_a_failure_inside_model_construction_names_the_file(tiny_models, monkeypatch):
-    from mulosd_core.models import registry
     from mulosd_core.models.checkpoints import CheckpointError
     from mulosd_pack.nodes import loaders
 
     def broken(*a, **kw):
         raise ZeroDivisionError("a config with zero heads")
 
-    monkeypatch.setattr(registry, "load_model", broken)
+    monkeypatch.setattr(loaders, "load_model", broken)   # the name the loader calls (imported from mulosd_core.api)
     with pytest.raises(CheckpointError, match=r"c2i_tiny_32\.pt: could not be loaded as a LlamaGen GPT "
                                               r"\(ZeroDivisionError: a config with zero heads\)"):
         loaders.load("c2i_tiny_32.pt", "embedded/vq.safetensors", 32, "cpu", "float32")
