@@ -6,7 +6,7 @@ wall time goes (inside the model forward vs Python/sampling overhead around it).
 
 The overhead is everything in the decoding loop that is not a model call: CFG combine, temperature /
 top-k / top-p, the multinomial draws, bookkeeping. It is measured by `generate_ar` itself
-(stats.seconds: forward vs loop_overhead), on CPU where every op is synchronous.
+(stats.seconds: verify, the target calls, vs the whole loop), on CPU where every op is synchronous.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from mulosd_core.ar import generate_ar
+from mulosd_core.decode import generate_ar
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from mulosd_core.sampling import SamplingConfig
@@ -66,8 +66,8 @@ def _measure(p: dict, device: str, sampling: SamplingConfig | None) -> dict:
     tokens = 0
     for r in range(p["runs"]):
         res = generate_ar(model, labels, sampling, seed=r + 1, decode=False)
-        fwd += res.stats.seconds["forward"]
-        loop += res.stats.seconds["forward"] + res.stats.seconds["loop_overhead"]
+        fwd += res.stats.seconds["verify"]
+        loop += res.stats.seconds["total"]
         tokens += res.tokens.numel()
     share = fwd / loop
     return {

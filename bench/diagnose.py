@@ -21,8 +21,8 @@ from dataclasses import replace
 
 import torch
 
-from mulosd_core.ar import generate_ar
-from mulosd_core.engine import ACCEPTED, NEIGHBOUR, RECHECK_SCOPES, REJECTED, generate, map_codes
+from mulosd_core.decode import generate_ar
+from mulosd_core.decode import ACCEPTED, NEIGHBOUR, RECHECK_SCOPES, REJECTED, generate, map_codes
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES
 from mulosd_core.presets import method_presets
 from mulosd_core.train.evaluate import token_probs

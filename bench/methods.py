@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from mulosd_core.ar import GenerationResult, generate_ar
-from mulosd_core.engine import MethodConfig, generate
+from mulosd_core.decode import GenerationResult, generate_ar
+from mulosd_core.decode import MethodConfig, generate
 from mulosd_core.memory import weight_bytes
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.stats import RunStats
@@ -110,12 +110,8 @@ def _maxrss_bytes() -> int:
 
 
 def _time_split(seconds: dict, total: float) -> dict:
-    """Engine timers -> TIME_PARTS; AR's `forward` counts as verify (target calls), its loop overhead as other."""
+    """The decoding timers (one vocabulary for every method, decode.context) -> TIME_PARTS, the rest "other"."""
     s = dict(seconds)
-    s.pop("total", None)
-    if "forward" in s:
-        s["verify"] = s.get("verify", 0.0) + s.pop("forward")
-    s.pop("loop_overhead", None)
     out = {p: float(s.get(p, 0.0)) for p in TIME_PARTS if p != "other"}
     out["other"] = max(total - sum(out.values()), 0.0)
     return out
@@ -127,9 +123,9 @@ def call_costs(rec: dict) -> dict:
     (per step). None where the method makes no such call."""
     total = lambda part: sum(s.get(part, 0.0) for s in rec["seconds"])
     steps, waves, dcalls = sum(rec["steps"]), sum(rec["waves"]), sum(rec["drafter_calls"])
-    per = lambda secs, n: 1000 * secs / n if n and secs else None   # no timer (ZipAR, SJD, GSD): None
-    ar_like = total("forward") > 0
-    return {"target_token": per(total("forward"), sum(rec["target_calls"])) if ar_like else None,
+    per = lambda secs, n: 1000 * secs / n if n and secs else None   # no such call: None
+    stepless = steps == 0   # AR and ZipAR: every target call samples (one token, one token per row)
+    return {"target_token": per(total("verify"), sum(rec["target_calls"])) if stepless else None,
             "verify_call": per(total("verify"), steps), "resample_wave": per(total("resample"), waves),
             "drafter_call": per(total("draft"), dcalls), "upsample_step": per(total("upsample"), steps),
             "waves_per_step": waves / steps if steps else None}

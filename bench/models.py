@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mulosd_core.ar import model_sampling
+from mulosd_core.decode import model_sampling
 from mulosd_core.data.families import DataFamily, data_family
 from mulosd_core.models.llamagen import self_drafter
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY

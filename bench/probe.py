@@ -315,7 +315,7 @@ class Prober:
         missing path and on the embedded classifier."""
         import torch
 
-        from mulosd_core.engine import generate
+        from mulosd_core.decode import generate
         from mulosd_core.models import registry
 
         target = registry.load_embedded("target")
@@ -323,8 +323,8 @@ class Prober:
         calls = [
             ("generate(target, 3)", lambda: tuple(generate(target, 3, method="ar", decode=False).tokens.shape),
              [f"returned (1, {target.num_tokens})"]),
-            ("generate without a drafter", lambda: generate(target, torch.tensor([3])),
-             ["drafter: ", 'method="ar"']),
+            ("generate without a drafter", lambda: generate(target, torch.tensor([3]), method="speculative"),
+             ["drafter: ", "'ar'"]),
             ("load_model on a missing path", lambda: registry.load_model(missing, missing.replace("c2i_XL_384", "vq")),
              ["gpt_path: ", "c2i_XL_384.pt: no such file", "vq_path: ", "vq.pt: no such file"]),
             ("load_model on the classifier",

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import torch
 
-from mulosd_core.engine import MethodConfig
+from mulosd_core.decode import MethodConfig
 from mulosd_core.metrics import frechet_distance
 from mulosd_core.schedules import zipar_nfe
 

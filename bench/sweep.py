@@ -51,8 +51,8 @@ from dataclasses import replace
 import torch
 
 from mulosd_core import presets as P
-from mulosd_core.ar import model_sampling
-from mulosd_core.engine import COMMITS, RECHECK_SCOPES, MethodConfig, VerifierConfig
+from mulosd_core.decode import model_sampling
+from mulosd_core.decode import COMMITS, RECHECK_SCOPES, MethodConfig, VerifierConfig
 from mulosd_core.models.llamagen import LlamaGenModel
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, DTYPES, EMBEDDED_FAMILIES
 from mulosd_core.upsample import KINDS, UpsamplerConfig

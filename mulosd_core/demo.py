@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw, ImageFont
 
 from .data.families import data_family
-from .engine import MAP_COLOURS, MethodConfig, generate
+from .decode import MAP_COLOURS, MethodConfig, generate
 from .models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, load_embedded
-from .presets import INDISTINGUISHABLE, MuloDefaults, method_presets, mulo_config, same_settings
+from .presets import INDISTINGUISHABLE, MuloDefaults, mulo_config, resolve, same_settings
 from .textbar import TextBar
 
 
@@ -162,14 +162,13 @@ def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu",
     target = load_embedded("target", device=device, family=family)
     drafter = load_embedded("drafter", device=device, vq=target.vq, family=family)
     sampling = target.default_sampling
-    presets = method_presets(target.family)
+    configs = {"ar": resolve(target), "mulo_islands": resolve(target, drafter)}   # the pair's shipped settings
     class_names = [n.replace("_", " ") for n in data_family(family).class_names]   # "snowy mountains"
     wanted = range(len(class_names)) if classes is None else classes
     classes = [c for c in wanted for _ in range(per_class)]
     results = {}
     for name, shown in METHODS:
-        cfg, kind = presets[name]
-        d = drafter if kind == "low" else None
+        cfg, d = configs[name], drafter      # generate ignores the drafter of a target-only method
         generate(target, torch.tensor([0]), sampling, cfg, d, seed=10_000)  # warm-up, not timed
         bar = TextBar(len(classes), progress, f"{shown} ({name})")
         images, maps, calls, dcalls = [], [], 0, 0
@@ -184,7 +183,7 @@ def run_demo(out: str, per_class: int = 1, seed: int = 0, device: str = "cpu",
         results[name] = dict(seconds=time.perf_counter() - t0, images=torch.cat(images), maps=torch.cat(maps),
                              target_calls=calls / len(classes), drafter_calls=dcalls / len(classes))
     ar, mu = results["ar"], results["mulo_islands"]
-    bench = benchmark_tiers(family, configs={n: presets[n][0] for n, _ in METHODS})
+    bench = benchmark_tiers(family, configs=configs)
     tiers = {n: bench["methods"][n]["tier"] for n, _ in METHODS}
     ratio = ar["seconds"] / mu["seconds"]
     os.makedirs(out, exist_ok=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from .engine import MethodConfig, VerifierConfig
+from .decode import MethodConfig, VerifierConfig
 from .sampling import SamplingConfig
 from .upsample import UpsamplerConfig
 
@@ -77,7 +77,8 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
                                 source="bench/results/sweep-embedded-self-learned.md (32 samples per setting, 120 in the final stage)"),
     # The paper's method (no recheck, pixel upsampler, islands, parallel drafting). The sources this project
     # has give no tau or k for it: these are the values the project started from.
-    "paper": MuloDefaults(tau=0.3, k_neighbours=8, expansion_radius=1, rows_per_step=1, parallel_window=4,
+    "paper": MuloDefaults(tau=VerifierConfig.tau, k_neighbours=VerifierConfig.k_neighbours,
+                          expansion_radius=VerifierConfig.expansion_radius, rows_per_step=1, parallel_window=4,
                           recheck=0, recheck_scope="drafts",
                           source="the paper's method; tau and k are this project's starting values"),
 }
@@ -158,6 +159,37 @@ def mulo_islands(family: str | None = "scenes", *, self_drafting: bool = False, 
     return mulo_config(mulo_defaults(family, self_drafting, tier), **kw)
 
 
+# The target-only methods by the name the AR Sampler's mode and the benchmark use. GSD is SJD's window of 16 with
+# GSD's grouped test (decode.rules), upstream's rank window 7, p_thr 0.15, d_thr 0.5 (verify.gsd_group).
+TARGET_ONLY: dict[str, MethodConfig] = {
+    "ar": MethodConfig(method="ar"),
+    "zipar": MethodConfig(method="zipar", zipar_window=ZIPAR_WINDOW),
+    "sjd": MethodConfig(method="sjd", sjd_window=SJD_WINDOW),
+    "gsd": MethodConfig(method="sjd", sjd_window=SJD_WINDOW, verifier=VerifierConfig(rule="gsd")),
+}
+
+
+def resolve(target, drafter=None, *, verifier: VerifierConfig | None = None, upsampler: UpsamplerConfig | None = None,
+            quality: str | None = None, rows_per_step: int | None = None, parallel_window: int | None = None,
+            draft_len: int | None = None) -> MethodConfig:
+    """The one place a pair's settings are decided: MuLo-SD for `target` drafted by `drafter`, each setting
+    given here or, when None, the shipped one (mulo_defaults of the target's family, its "<family>/self"
+    entry when the drafter is the target itself, its "<family>/<quality>" entry when `quality` names a
+    tier). A low-resolution drafter drafts rows (parallel window from the defaults); a same-resolution one
+    (SD, LANTERN) drafts SD_DRAFT_LEN tokens sequentially. No drafter: the target alone, AR. The nodes, the
+    demo, the benchmark and the README's snippet all call this."""
+    if drafter is None:
+        return MethodConfig(method="ar")
+    d = mulo_defaults(model_family(target), drafts_for_itself(target, drafter), quality)
+    base = mulo_config(d)
+    low = drafter.grid < target.grid
+    pick = lambda given, shipped: shipped if given is None else given
+    return MethodConfig(verifier=pick(verifier, base.verifier), upsampler=pick(upsampler, base.upsampler),
+                        rows_per_step=pick(rows_per_step, d.rows_per_step),
+                        parallel_window=pick(parallel_window, d.parallel_window) if low else 0,
+                        draft_len=0 if low else pick(draft_len, SD_DRAFT_LEN))
+
+
 # name -> (method config, which drafter it needs: "low", "same", "self" (the target at the low grid) or None)
 def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfig, str | None]]:
     """Every named method with MuLo-SD at `family`'s shipped settings ("mulo_paper": the paper's)."""
@@ -166,14 +198,10 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
     def mv(**kw) -> VerifierConfig:
         return mulo_verifier(family, **kw)
     return {
-        "ar": (MethodConfig(method="ar"), None),
+        **{name: (cfg, None) for name, cfg in TARGET_ONLY.items()},
         "sd": (MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"), draft_len=SD_DRAFT_LEN), "same"),
         "lantern": (MethodConfig(verifier=VerifierConfig(rule="lantern", rejection="raster", lantern_delta=LANTERN_DELTA,
                                                          lantern_k=LANTERN_K), draft_len=SD_DRAFT_LEN), "same"),
-        "zipar": (MethodConfig(method="zipar", zipar_window=ZIPAR_WINDOW), None),
-        "sjd": (MethodConfig(method="sjd", sjd_window=SJD_WINDOW), None),
-        # GSD: SJD's window of 16 with grouped acceptance, upstream's rank window 7, p_thr 0.15, d_thr 0.5 (verify.gsd_group)
-        "gsd": (MethodConfig(method="sjd", sjd_window=SJD_WINDOW, verifier=VerifierConfig(rule="gsd")), None),
         "mulo_serial": (replace(mi, verifier=mv(resampling="serial"), parallel_window=0), "low"),
         "mulo_islands": (mi, "low"),
         "mulo_paper": (mulo_islands(PAPER), "low"),

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from mulosd_core import presets
-from mulosd_core.engine import RECHECK_SCOPES, REJECTIONS, RESAMPLINGS, RULES, VerifierConfig
-from mulosd_core.imageops import FILTERS
-from mulosd_core.upsample import KINDS, UpsamplerConfig
+from mulosd_core.api import (FILTERS, KINDS, LANTERN_DELTA, LANTERN_K, RECHECK_SCOPES, REJECTIONS, RESAMPLINGS, RULES, UpsamplerConfig,
+                             VerifierConfig, mulo_verifier)
 
 from .inputs import check_choices
 from .types import MulosdUpsampler, MulosdVerifier
 
-_DEFAULT_VERIFIER = presets.mulo_verifier()
+_DEFAULT_VERIFIER = mulo_verifier()
+# the rule combo's tooltip, read from the rule table (decode.rules): a new rule documents itself here
+RULE_TOOLTIP = "; ".join(f"{name}: {rule.description}" for name, rule in RULES.items()) + (
+    ". " + ", ".join(n for n, r in RULES.items() if r.needs_q) + " need a same-resolution drafter.")
 _DEFAULT_UPSAMPLER = UpsamplerConfig()
 
 
@@ -62,11 +63,7 @@ class MuLoSDLocalVerifier(io.ComfyNode):
                         "exact/lantern with raster rejection and a same-resolution drafter give SD and LANTERN.",
             inputs=[
                 io.Combo.Input("rule", options=list(RULES), default=v.rule,
-                               tooltip="mulo: pooled neighbour mass >= tau; lantern: LANTERN's relaxed p/q test; "
-                                       "exact: speculative decoding's p/q test (exact target distribution); greedy: "
-                                       "draft == the target's argmax; grouped: the target's mass over GSD's group of similar "
-                                       "candidates >= tau; gsd: GSD's grouped p/q test. exact, lantern and gsd need a "
-                                       "same-resolution drafter."),
+                               tooltip=RULE_TOOLTIP),
                 io.Float.Input("tau", default=v.tau, min=0.0, max=1.0, step=0.01,
                                tooltip="mulo rule: acceptance threshold on the pooled probability mass (0 accepts "
                                        "everything, 1 almost nothing). Lower is faster, higher is closer to the target."),
@@ -82,7 +79,7 @@ class MuLoSDLocalVerifier(io.ComfyNode):
                 io.Combo.Input("resampling", options=list(RESAMPLINGS), default=v.resampling,
                                tooltip="islands: resample all rejected regions together, one target call per wave; "
                                        "serial: one target call per rejected position, in raster order."),
-                io.Float.Input("lantern_delta", default=presets.LANTERN_DELTA, min=0.0, max=1.0, step=0.01,
+                io.Float.Input("lantern_delta", default=LANTERN_DELTA, min=0.0, max=1.0, step=0.01,
                                tooltip="lantern rule: cap on the neighbour probability mass added to the draft's own "
                                        "(LANTERN's delta). Its neighbourhood k is LANTERN's 1000 of 16384 codes scaled to the "
                                        "model's codebook (1000 for LlamaGen, 62 for the embedded models)."),
@@ -108,4 +105,4 @@ class MuLoSDLocalVerifier(io.ComfyNode):
         check_choices(cls, rule=rule, rejection=rejection, resampling=resampling, recheck_scope=recheck_scope)
         return io.NodeOutput(VerifierConfig(rule=rule, tau=tau, k_neighbours=k_neighbours, expansion_radius=expansion_radius,
                                             rejection=rejection, resampling=resampling, lantern_delta=lantern_delta,
-                                            lantern_k=presets.LANTERN_K, recheck=recheck, recheck_scope=recheck_scope))
+                                            lantern_k=LANTERN_K, recheck=recheck, recheck_scope=recheck_scope))

@@ -1,4 +1,4 @@
-"""MuLo-SD Sampler and AR Sampler: generation through mulosd_core.engine.
+"""MuLo-SD Sampler and AR Sampler: generation through mulosd_core.api.generate.
 
 Class-to-image (c2i) targets take `class_id`; text-to-image (t2i) targets take the
 `conditioning` of a MuLo-SD Text Prompt node (caption features + mask, repeated for the
@@ -19,17 +19,15 @@ sampled by the target alone.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import comfy.model_management
 import torch
 import torch.nn.functional as F
 from comfy_api.latest import io
 
-from mulosd_core import presets
-from mulosd_core.engine import MethodConfig, VerifierConfig, generate
-from mulosd_core.sampling import SamplingConfig
-from mulosd_core.upsample import UpsamplerConfig
+from mulosd_core.api import (SJD_WINDOW, TARGET_ONLY, ZIPAR_WINDOW, MethodConfig, SamplingConfig, UpsamplerConfig,
+                             VerifierConfig, generate, resolve)
 
 from .inputs import check_choices
 from .progress import StepProgress
@@ -37,6 +35,7 @@ from .types import (Conditioning, JanusPrompt, ModelHandle, MulosdConditioning, 
                     MulosdVerifier)
 
 MAX_SEED = 0xFFFFFFFFFFFFFFFF
+AUTO = -1   # a schedule widget at -1 takes the pair's shipped setting (presets.resolve)
 
 
 def sampling_inputs() -> list:
@@ -89,7 +88,7 @@ def condition(target: ModelHandle, conditioning: Conditioning | JanusPrompt | No
               batch_size: int) -> tuple[torch.Tensor | list[str], torch.Tensor | None, dict]:
     """c2i: class ids from class_id; t2i: the caption repeated batch_size times; Janus-Pro: the prompt text repeated
     batch_size times (each model formats it). Here only which node feeds `conditioning` is checked; whether the
-    condition fits the models (class range, caption size, prompt length) is checked by engine.generate."""
+    condition fits the models (class range, caption size, prompt length) is checked by generate."""
     m = target.model
     if m.model_type == "c2i":
         if conditioning is not None:
@@ -163,13 +162,15 @@ class MuLoSDSampler(io.ComfyNode):
                                              "embedded family's sweep; the paper's for LlamaGen and Janus-Pro)."),
                 CONDITIONING_INPUT,
                 *sampling_inputs(),
-                io.Int.Input("parallel_window", default=presets.MULO_WINDOW, min=0, max=64,
+                io.Int.Input("parallel_window", default=AUTO, min=AUTO, max=64,
                              tooltip="Low-resolution drafter only: ZipAR-style parallel drafting, the next row starts "
-                                     "this many tokens behind the previous one; 0 = sequential drafting."),
-                io.Int.Input("rows_per_step", default=presets.MULO_ROWS, min=1, max=64,
-                             tooltip="Drafter token rows proposed and verified per step."),
-                io.Int.Input("draft_length", default=presets.SD_DRAFT_LEN, min=0, max=4096,
-                             tooltip="Same-resolution drafter only (SD, LANTERN): tokens drafted per step; 0 = whole rows."),
+                                     "this many tokens behind the previous one; 0 = sequential drafting; -1 = the pair's "
+                                     "shipped setting (the statistics' config shows the value used)."),
+                io.Int.Input("rows_per_step", default=AUTO, min=AUTO, max=64,
+                             tooltip="Drafter token rows proposed and verified per step; -1 = the pair's shipped setting."),
+                io.Int.Input("draft_length", default=AUTO, min=AUTO, max=4096,
+                             tooltip="Same-resolution drafter only (SD, LANTERN): tokens drafted per step; 0 = whole rows; "
+                                     "-1 = the shipped setting."),
                 io.Int.Input("batch_size", default=1, min=1, max=64, tooltip="Images per run (image b uses seed + b)."),
             ],
             outputs=OUTPUTS,
@@ -181,13 +182,10 @@ class MuLoSDSampler(io.ComfyNode):
                 verifier: VerifierConfig | None = None,
                 conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
-        low = drafter.model.grid < target.model.grid   # a low-resolution drafter; generate checks the pair itself
-        family = presets.model_family(target.model)
-        own = presets.drafts_for_itself(target.model, drafter.model)
-        method = MethodConfig(verifier=verifier or presets.mulo_verifier(family, self_drafting=own),
-                              upsampler=upsampler or UpsamplerConfig(),
-                              rows_per_step=rows_per_step, parallel_window=parallel_window if low else 0,
-                              draft_len=0 if low else draft_length)
+        given = lambda v: None if v == AUTO else v
+        method = resolve(target.model, drafter.model, verifier=verifier, upsampler=upsampler,
+                                 rows_per_step=given(rows_per_step), parallel_window=given(parallel_window),
+                                 draft_len=given(draft_length))
         info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name,
                 "ratio": target.model.grid // drafter.model.grid}
         return run(target, req, method, info, drafter)
@@ -206,14 +204,14 @@ class MuLoSDARSampler(io.ComfyNode):
                 CONDITIONING_INPUT,
                 *sampling_inputs(),
                 io.Int.Input("batch_size", default=1, min=1, max=64, tooltip="Images per run (image b uses seed + b)."),
-                io.Combo.Input("mode", options=["ar", "zipar", "sjd", "gsd"], default="ar",
+                io.Combo.Input("mode", options=list(TARGET_ONLY), default="ar",
                                tooltip="ar: one token per call; zipar: next-set decoding, rows start zipar_window tokens "
                                        "apart; sjd: speculative Jacobi decoding over a window of sjd_window tokens; gsd: "
                                        "the same window, a draft accepted on the target's mass over a group of similar "
                                        "tokens (grouped speculative decoding)."),
-                io.Int.Input("zipar_window", default=presets.ZIPAR_WINDOW, min=1, max=1024,
+                io.Int.Input("zipar_window", default=ZIPAR_WINDOW, min=1, max=1024,
                              tooltip="zipar mode: tokens a row runs ahead of the next before the next row starts."),
-                io.Int.Input("sjd_window", default=presets.SJD_WINDOW, min=1, max=1024,
+                io.Int.Input("sjd_window", default=SJD_WINDOW, min=1, max=1024,
                              tooltip="sjd and gsd modes: tokens drafted and verified together per Jacobi iteration."),
             ],
             outputs=OUTPUTS,
@@ -224,8 +222,6 @@ class MuLoSDARSampler(io.ComfyNode):
                 zipar_window, sjd_window, conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
         check_choices(cls, mode=mode)
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
-        grouped = mode == "gsd"   # GSD is SJD with the gsd acceptance rule
-        method = MethodConfig(method="sjd" if grouped else mode, zipar_window=zipar_window, sjd_window=sjd_window,
-                              **({"verifier": VerifierConfig(rule="gsd")} if grouped else {}))
+        method = replace(TARGET_ONLY[mode], zipar_window=zipar_window, sjd_window=sjd_window)
         info = {"sampler": "AR", "target": target.name, "drafter": None, "ratio": None}
         return run(target, req, method, info)

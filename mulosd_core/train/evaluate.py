@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from ..ar import generate_ar, model_sampling
+from ..decode import generate_ar, model_sampling
 from ..data.families import data_family
 from ..metrics import accuracy, bootstrap_ci, frechet_distance
 from ..models.llamagen import self_drafter

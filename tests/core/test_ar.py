@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mulosd_core.ar import generate_ar
+from mulosd_core.decode import generate_ar
 from mulosd_core.sampling import SamplingConfig, cfg_combine
 from mulosd_core.testing import tiny_model
 
@@ -139,7 +139,7 @@ def test_progress_and_stats(model):
                       progress=lambda done, total, toks: seen.append((done, total)))
     assert seen == [(GRID * (r + 1), GRID * GRID) for r in range(GRID)]
     assert res.stats.target_calls == GRID * GRID and res.images is None
-    assert res.stats.seconds["forward"] > 0 and res.stats.seconds["total"] >= res.stats.seconds["forward"]
+    assert res.stats.seconds["verify"] > 0 and res.stats.seconds["total"] >= res.stats.seconds["verify"]
 
     class Stop(Exception):
         pass
@@ -152,5 +152,5 @@ def test_progress_and_stats(model):
 
 
 def test_bad_class_id(model):
-    with pytest.raises(ValueError, match="class id 10"):
+    with pytest.raises(ValueError, match="class_id: expected 0..9"):
         generate_ar(model, torch.tensor([10]), SamplingConfig(), decode=False)

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from mulosd_core import engine
+from mulosd_core.decode import engine as decode_engine
 from mulosd_core.conditions import check_condition
-from mulosd_core.engine import MethodConfig, VerifierConfig, generate
+from mulosd_core.decode import MethodConfig, VerifierConfig, generate
 from mulosd_core.testing import tiny_model, tiny_vq
 
 
@@ -21,7 +21,7 @@ def t2i():
 
 @pytest.fixture
 def no_model_runs(monkeypatch):
-    monkeypatch.setattr(engine, "_generate", lambda *a, **k: pytest.fail("a model ran before validation"))
+    monkeypatch.setattr(decode_engine, "_run", lambda *a, **k: pytest.fail("a model ran before validation"))
 
 
 @pytest.mark.parametrize("cond,match", [
@@ -34,7 +34,7 @@ def test_bad_class_ids_are_named(c2i, no_model_runs, cond, match):
     with pytest.raises(ValueError, match=match):
         generate(c2i[0], cond, method=MethodConfig(method="ar"))
     with pytest.raises(ValueError, match=match):
-        generate(c2i[0], cond, drafter=c2i[1])
+        generate(c2i[0], cond, method="speculative", drafter=c2i[1])
 
 
 def test_bad_captions_are_named(t2i, no_model_runs):
@@ -52,15 +52,15 @@ def test_bad_captions_are_named(t2i, no_model_runs):
 def test_pair_errors_are_prefixed_and_come_first(c2i, t2i, no_model_runs):
     target, drafter = c2i
     with pytest.raises(ValueError, match=r"^drafter/target: .*c2i.*t2i"):
-        generate(t2i, torch.zeros(1, t2i.cond_len, t2i.gpt.config.caption_dim), drafter=drafter)
+        generate(t2i, torch.zeros(1, t2i.cond_len, t2i.gpt.config.caption_dim), method="speculative", drafter=drafter)
     with pytest.raises(ValueError, match=r"^drafter/target: .*larger than the target"):
-        generate(drafter, torch.tensor([1]), drafter=target)
+        generate(drafter, torch.tensor([1]), method="speculative", drafter=target)
     exact = MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"))
     with pytest.raises(ValueError, match=r"^drafter/target: acceptance rule 'exact' needs"):
         generate(target, torch.tensor([1]), method=exact, drafter=drafter)
-    with pytest.raises(ValueError, match=r"^drafter: the speculative method \(MuLo-SD, the default\) needs a drafter "
-                                         r"model; got none\. Pass drafter=.*or sample with the target alone: method=\"ar\""):
-        generate(target, torch.tensor([1]))
+    with pytest.raises(ValueError, match=r"^drafter: the speculative method \(MuLo-SD\) needs a drafter "
+                                         r"model; got none\. Pass drafter=.*or sample with the target alone: one of \['ar'"):
+        generate(target, torch.tensor([1]), method="speculative")
 
 
 def test_the_advice_without_a_drafter_works_as_written(c2i):
@@ -71,7 +71,7 @@ def test_the_advice_without_a_drafter_works_as_written(c2i):
     assert named.stats.method == "ar" and torch.equal(named.tokens, full.tokens)
     with pytest.raises(ValueError, match=r"method must be one of .*got 'fast'"):
         generate(target, torch.tensor([1]), method="fast")
-    with pytest.raises(TypeError, match=r"^method: expected a MethodConfig, a method name .* or None, got int$"):
+    with pytest.raises(TypeError, match=r"^method: expected a MethodConfig or a method name .*, got int; presets.resolve"):
         generate(target, torch.tensor([1]), method=3)
 
 

@@ -8,7 +8,7 @@ from PIL import Image
 
 from mulosd_core import demo as D
 from mulosd_core.demo import GAP, PAPER, side_by_side, to_grid
-from mulosd_core.engine import MAP_COLOURS, acceptance_map
+from mulosd_core.decode import MAP_COLOURS, acceptance_map
 
 
 def test_tiles_rows_and_legend():

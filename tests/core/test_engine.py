@@ -1,4 +1,4 @@
-"""The decoding engine (engine.generate) on tiny random LlamaGen models, CPU.
+"""The decoding engine (decode.generate) on tiny random LlamaGen models, CPU.
 
 Exactness anchors (docs/DESIGN.md section 6): greedy + raster rejection == greedy AR; exact acceptance +
 raster rejection with a same-resolution drafter samples AR's distribution (chi-square, with the
@@ -15,9 +15,10 @@ import itertools
 import pytest
 import torch
 
-from mulosd_core import engine
-from mulosd_core.ar import generate_ar
-from mulosd_core.engine import (
+from mulosd_core import decode, verify
+from mulosd_core.decode import speculative
+from mulosd_core.decode import generate_ar
+from mulosd_core.decode import (
     ACCEPTED,
     NEIGHBOUR,
     REJECTED,
@@ -229,7 +230,7 @@ def test_chi_square_has_power_accept_everything(chi_setup):
 
 def test_chi_square_has_power_resampling_without_residual(chi_setup, monkeypatch):
     """A classic SD bug: after a rejection, resample from p instead of norm(max(p - q, 0))."""
-    monkeypatch.setattr(engine.verify, "residual", lambda p, q: p)
+    monkeypatch.setattr(verify, "residual", lambda p, q: p)
     _, (stat, df, p_value) = _exact_sd(chi_setup)
     print(f"no residual: chi2 = {stat:.2f}, df = {df}, p = {p_value:.3g}")
     assert p_value < 1e-6
@@ -528,7 +529,7 @@ def test_target_distributions_are_current(models, monkeypatch, resampling, radiu
     sampling = SamplingConfig(cfg_scale=cfg, temperature=1.0)
     labels = torch.tensor([1, 2, 3])
     errors: list[float] = []
-    original = engine._Speculative._target_probs
+    original = speculative.Speculative._target_probs
 
     def checked(self, lo, hi):
         out = original(self, lo, hi)
@@ -536,7 +537,7 @@ def test_target_distributions_are_current(models, monkeypatch, resampling, radiu
         errors.append(float((out - ref).abs().max()))
         return out
 
-    monkeypatch.setattr(engine._Speculative, "_target_probs", checked)
+    monkeypatch.setattr(speculative.Speculative, "_target_probs", checked)
     method = spec(rule="mulo", tau=0.5, k=10, radius=radius, rejection="local", resampling=resampling, recheck=recheck,
                   feed="span")
     res = generate(target, labels, sampling, method, drafter=models["same"], seed=seed, decode=False)
@@ -560,7 +561,7 @@ def test_local_waves_feed_only_what_changed(models, monkeypatch, cfg, radius):
     labels = torch.tensor([4])
     fed: dict[str, list[int]] = {}
     errors: list[float] = []
-    original_wave, original_probs = engine._Speculative._resample_local, engine._Speculative._target_probs
+    original_wave, original_probs = speculative.Speculative._resample_local, speculative.Speculative._target_probs
     for feed in ("span", "local"):
         sizes = fed.setdefault(feed, [])
         real = target.forward_tokens
@@ -586,8 +587,8 @@ def test_local_waves_feed_only_what_changed(models, monkeypatch, cfg, radius):
             return out
 
         monkeypatch.setattr(target, "forward_tokens", counting)
-        monkeypatch.setattr(engine._Speculative, "_resample_local", recording)
-        monkeypatch.setattr(engine._Speculative, "_target_probs", checked)
+        monkeypatch.setattr(speculative.Speculative, "_resample_local", recording)
+        monkeypatch.setattr(speculative.Speculative, "_target_probs", checked)
         method = spec(rule="mulo", tau=0.6, k=4, radius=radius, rows_per_step=1, feed=feed)
         res = generate(target, labels, sampling, method, drafter=models[2], seed=3, decode=False)
         monkeypatch.undo()
@@ -689,7 +690,7 @@ def test_recheck_counts_its_rounds_and_the_steps_that_ran_out(models):
 
 @pytest.mark.parametrize("kwargs", [dict(rule="exact"), dict(rule="lantern"), dict(rule="gsd")])
 def test_recheck_needs_a_repeatable_test(kwargs):
-    with pytest.raises(ValueError, match="recheck needs the mulo, greedy or grouped rule .* set recheck to 0"):
+    with pytest.raises(ValueError, match="recheck needs a deterministic rule that can be repeated .* set recheck to 0"):
         VerifierConfig(recheck=2, **kwargs)
 
 
@@ -759,13 +760,13 @@ def test_pool_commit_draws_inside_the_pool_from_the_target(models, monkeypatch):
     sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0)
     labels = torch.tensor([1, 2])
     seen, errors = [], []
-    original, probs_of = engine._Speculative._pool_commit, engine._Speculative._target_probs
+    original, probs_of = speculative.Speculative._pool_commit, speculative.Speculative._target_probs
 
     def spy(self, f, e, probs):
         before = self.tokens[:, f:e].clone()
         original(self, f, e, probs)
         acc = self.codes[:, f:e] == ACCEPTED
-        pool = self.neighbours.long()[before]                                    # [B, n, k]
+        pool = self.tables.neighbours.long()[before]                                    # [B, n, k]
         inside = (pool == self.tokens[:, f:e, None]).any(-1)
         mass = probs[:, :e - f].gather(-1, self.tokens[:, f:e, None])[..., 0]
         seen.append((bool((inside | ~acc).all()), bool(((mass > 0) | ~acc).all()),
@@ -776,8 +777,8 @@ def test_pool_commit_draws_inside_the_pool_from_the_target(models, monkeypatch):
         errors.append(float((out - teacher_forced_probs(target, labels, self.tokens, sampling)[:, lo:hi]).abs().max()))
         return out
 
-    monkeypatch.setattr(engine._Speculative, "_pool_commit", spy)
-    monkeypatch.setattr(engine._Speculative, "_target_probs", checked)
+    monkeypatch.setattr(speculative.Speculative, "_pool_commit", spy)
+    monkeypatch.setattr(speculative.Speculative, "_target_probs", checked)
     method = spec(rule="mulo", tau=0.1, k=8, radius=0, feed="span")
     method = MethodConfig(method="speculative", verifier=VerifierConfig(**{**method.verifier.__dict__, "commit": "pool"}),
                           upsampler=method.upsampler)

@@ -11,8 +11,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mulosd_core.ar import generate_ar
-from mulosd_core.engine import (
+from mulosd_core.decode import generate_ar
+from mulosd_core.decode import (
     ACCEPTED,
     NEIGHBOUR,
     REJECTED,
@@ -46,7 +46,7 @@ def _model(grid: int, seed: int):
 def configs(draw):
     grid = draw(st.sampled_from([2, 4, 8]))
     r = draw(st.sampled_from([x for x in (1, 2, 4) if grid % x == 0]))   # r = grid: a 1x1 drafter
-    rule = draw(st.sampled_from(RULES if r == 1 else ("mulo", "greedy")))
+    rule = draw(st.sampled_from(list(RULES) if r == 1 else ("mulo", "greedy")))
     verifier = VerifierConfig(
         rule=rule,
         tau=draw(st.floats(0.0, 1.2)),

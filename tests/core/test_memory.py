@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mulosd_core import memory
-from mulosd_core.engine import MethodConfig, generate
+from mulosd_core.decode import MethodConfig, generate
 from mulosd_core.memory import NotEnoughMemory, check_fits, estimate_bytes
 from mulosd_core.models.kv_cache import KVCache
 from mulosd_core.sampling import SamplingConfig

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mulosd_core import offload
-from mulosd_core.engine import MethodConfig, VerifierConfig, generate
+from mulosd_core.decode import MethodConfig, VerifierConfig, generate
 from mulosd_core.offload import choose_weights, resident_weights, stream_weights
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.testing import tiny_model, tiny_vq

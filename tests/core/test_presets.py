@@ -4,7 +4,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from mulosd_core import engine, presets
+from mulosd_core import decode, presets
 from mulosd_core.models.registry import card_family, load_embedded
 from mulosd_core.testing import tiny_model, tiny_vq
 
@@ -47,27 +47,34 @@ def test_a_file_without_a_card_has_no_family(tmp_path):
         card_family(str(tmp_path / "gpt.safetensors"))
 
 
-def test_generate_without_a_method_runs_the_targets_family_defaults(monkeypatch):
+def test_resolve_gives_the_targets_family_defaults():
     vq = tiny_vq(0, 16)
-    target, drafter = tiny_model(4, 1, vq=vq, dim=16), tiny_model(2, 3, vq=vq, dim=16)
-    asked = []
-    real = presets.mulo_islands
-
-    def recording(family=None, **kw):
-        asked.append(family)
-        return real(family, **kw)
-
-    monkeypatch.setattr(presets, "mulo_islands", recording)
-    for family in (None, "patterns"):
+    target, drafter, same = tiny_model(4, 1, vq=vq, dim=16), tiny_model(2, 3, vq=vq, dim=16), tiny_model(4, 2, vq=vq, dim=16)
+    for family in (None, "patterns", "scenes"):
         target.family = family
-        engine.generate(target, torch.tensor([1]), drafter=drafter, seed=0, decode=False)
-    assert asked == [None, "patterns"]
+        assert presets.resolve(target, drafter) == presets.mulo_islands(family)
+    target.family = "scenes"
+    assert presets.resolve(target, drafter, quality="fastest") == presets.mulo_islands("scenes", tier="fastest")
+    sd = presets.resolve(target, same)     # a same-resolution drafter: sequential drafts of SD_DRAFT_LEN tokens
+    assert (sd.parallel_window, sd.draft_len) == (0, presets.SD_DRAFT_LEN)
+    given = presets.resolve(target, drafter, parallel_window=0, rows_per_step=3)
+    assert (given.parallel_window, given.rows_per_step) == (0, 3)
+    assert given.verifier == presets.mulo_verifier("scenes")
+    assert presets.resolve(target, None).method == "ar"
+    decode.generate(target, torch.tensor([1]), method=presets.resolve(target, drafter), drafter=drafter, decode=False)
+
+
+def test_generate_needs_a_complete_method():
+    vq = tiny_vq(0, 16)
+    target = tiny_model(4, 1, vq=vq, dim=16)
+    with pytest.raises(TypeError, match="presets.resolve"):
+        decode.generate(target, torch.tensor([1]))
 
 
 def test_bare_configs_default_to_the_papers_verifier():
     """VerifierConfig() and MethodConfig() carry the paper's settings (MULO_DEFAULTS['paper']) except the
     drafting window, which a bare MethodConfig leaves sequential (0) because it also serves SD and LANTERN."""
-    paper, bare = presets.mulo_islands(presets.PAPER), engine.MethodConfig()
+    paper, bare = presets.mulo_islands(presets.PAPER), decode.MethodConfig()
     assert asdict(bare.verifier) == asdict(paper.verifier)
     assert (bare.rows_per_step, bare.upsampler) == (paper.rows_per_step, paper.upsampler)
     assert (bare.parallel_window, paper.parallel_window) == (0, presets.MULO_DEFAULTS[presets.PAPER].parallel_window)
@@ -87,7 +94,7 @@ def test_self_drafting_takes_the_familys_self_entry_where_there_is_one(monkeypat
     assert presets.method_presets("patterns")["mulo_self_pair_defaults"][0] == presets.mulo_islands("patterns")
 
 
-def test_generate_without_a_method_knows_a_self_drafter(monkeypatch):
+def test_resolve_knows_a_self_drafter():
     from mulosd_core.models.llamagen import self_drafter
 
     vq = tiny_vq(0, 16)
@@ -95,16 +102,9 @@ def test_generate_without_a_method_knows_a_self_drafter(monkeypatch):
     own = self_drafter(target, 2)
     assert presets.drafts_for_itself(target, own) and not presets.drafts_for_itself(target, other)
     assert not presets.drafts_for_itself(target, None)
-    asked, real = [], presets.mulo_islands
-
-    def recording(family=None, **kw):
-        asked.append(kw.get("self_drafting"))
-        return real(family, **kw)
-
-    monkeypatch.setattr(presets, "mulo_islands", recording)
-    for drafter in (own, other):
-        engine.generate(target, torch.tensor([1]), drafter=drafter, seed=0, decode=False)
-    assert asked == [True, False]
+    target.family = "patterns"
+    assert presets.resolve(target, own) == presets.mulo_islands("patterns", self_drafting=True)
+    assert presets.resolve(target, other) == presets.mulo_islands("patterns")
 
 
 def test_a_missing_tier_preset_is_refused_with_the_families_that_have_one():

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from mulosd_core import memory
-from mulosd_core.ar import generate_ar
+from mulosd_core.decode import generate_ar
 from mulosd_core.cancel import MODEL_CALLS
-from mulosd_core.engine import MethodConfig, generate
+from mulosd_core.decode import MethodConfig, generate
 from mulosd_core.memory import NotEnoughMemory
 from mulosd_core.models import checkpoints
 from mulosd_core.models.checkpoints import CheckpointError

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mulosd_core.engine import MethodConfig, VerifierConfig, check_pair, generate
+from mulosd_core.decode import MethodConfig, VerifierConfig, check_pair, generate
 from mulosd_core.sampling import SamplingConfig
 from mulosd_core.testing import CountingModel, tiny_model, tiny_vq
 from mulosd_core.upsample import KINDS, UpsamplerConfig, downsample_rows, full_grid, resolution_ratio, upsample_rows

@@ -1,6 +1,6 @@
 """Upsampler and Local Verifier: defaults are the shipped presets; outputs are the core's configs."""
 from mulosd_core import presets
-from mulosd_core.engine import VerifierConfig
+from mulosd_core.decode import VerifierConfig
 from mulosd_core.upsample import UpsamplerConfig
 
 
@@ -37,7 +37,7 @@ def test_verifier_recheck_input(pack):
     assert (out.recheck, out.recheck_scope) == (4, "all")
     with pytest.raises(ValueError, match=r"recheck_scope: expected one of \[.drafts., .all.\], got .everything."):
         MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck_scope": "everything"}))
-    with pytest.raises(ValueError, match="recheck needs the mulo, greedy or grouped rule"):
+    with pytest.raises(ValueError, match="recheck needs a deterministic rule that can be repeated"):
         MuLoSDLocalVerifier.execute(**(defaults(MuLoSDLocalVerifier) | {"recheck": 4, "rule": "exact"}))
 
 

@@ -16,7 +16,7 @@ def test_non_integers_for_int_inputs_are_named_with_their_range(pack):
     assert set(number_problems(ar, {"cfg": float("nan"), "top_p": float("inf"), "batch_size": 1.5})) == {"cfg", "top_p", "batch_size"}
     assert "cfg: expected a finite number from 0.0 to 30.0, got nan" in number_problems(ar, {"cfg": float("nan")}).values()
     assert number_problems(number_inputs(MuLoSDSampler), {"rows_per_step": 0.5}) == {
-        "rows_per_step": "rows_per_step: expected a whole number from 1 to 64, got 0.5"}
+        "rows_per_step": "rows_per_step: expected a whole number from -1 to 64, got 0.5"}
 
 
 def test_the_prompt_handler_makes_comfyuis_conversion_refuse_the_value(pack):

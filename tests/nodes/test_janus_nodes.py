@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mulosd_core import engine
+from mulosd_core.decode import engine as decode_engine
 
 transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "JanusForConditionalGeneration"):
@@ -222,7 +222,7 @@ def test_greedy_speculative_equals_greedy_ar(models, prompt):
 def no_run(monkeypatch):
     from mulosd_pack.nodes import samplers
 
-    monkeypatch.setattr(engine, "_generate", lambda *a, **k: pytest.fail("a model ran before validation"))
+    monkeypatch.setattr(decode_engine, "_run", lambda *a, **k: pytest.fail("a model ran before validation"))
     return samplers
 
 

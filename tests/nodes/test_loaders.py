@@ -216,7 +216,7 @@ def test_streamed_target_through_the_loader(loaders, monkeypatch):
     """What a GPU user gets from weights = 'stream from cpu', with the CPU standing in for the GPU: the
     blocks wait in CPU memory behind hooks, the loader says so, and the model still samples."""
     from mulosd_core import offload
-    from mulosd_core.ar import generate_ar
+    from mulosd_core.decode import generate_ar
     from mulosd_core.sampling import SamplingConfig
 
     real = offload.choose_weights

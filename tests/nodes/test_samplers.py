@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from mulosd_core import engine
+from mulosd_core.decode import engine as decode_engine
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_pair_errors_before_any_model_runs(models, tiny_models, monkeypatch):
     from mulosd_pack.nodes import samplers
     from mulosd_pack.nodes.loaders import load
 
-    monkeypatch.setattr(engine, "_generate", lambda *a, **k: pytest.fail("a model ran before validation"))
+    monkeypatch.setattr(decode_engine, "_run", lambda *a, **k: pytest.fail("a model ran before validation"))
     other = load("embedded/drafter.safetensors", "vq_other.safetensors", 0, "cpu", "float32")
     with pytest.raises(ValueError, match="drafter/target: .*different codebooks"):
         samplers.MuLoSDSampler.execute(other, models["target"], **mulo_kw())

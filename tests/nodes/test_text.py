@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from mulosd_core import engine
+from mulosd_core.decode import engine as decode_engine
 
 PROMPT = "a red cat sits on the mat"
 
@@ -195,7 +195,7 @@ def test_conditioning_errors_before_any_model_runs(tiny_models, t2i, conditionin
     from mulosd_pack.nodes.loaders import load
     from mulosd_pack.nodes.types import Conditioning
 
-    monkeypatch.setattr(engine, "_generate", lambda *a, **k: pytest.fail("a model ran before validation"))
+    monkeypatch.setattr(decode_engine, "_run", lambda *a, **k: pytest.fail("a model ran before validation"))
     c2i = {role: load(f"embedded/{role}.safetensors", "auto", 0, "cpu", "float32") for role in ("target", "drafter")}
     # a t2i target without a caption
     with pytest.raises(ValueError, match=r"conditioning: expected a caption for t2i_tiny_target.*t2i.*got nothing"):

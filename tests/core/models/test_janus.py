@@ -17,8 +17,8 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "JanusForConditionalGeneration"):
     pytest.skip("transformers without Janus support", allow_module_level=True)
 
-from mulosd_core.ar import generate_ar
-from mulosd_core.engine import MethodConfig, VerifierConfig, check_pair, generate
+from mulosd_core.decode import generate_ar
+from mulosd_core.decode import MethodConfig, VerifierConfig, check_pair, generate
 from mulosd_core.models.janus import JanusModel, load_janus
 from mulosd_core.models.protocol import ImageARModel
 from mulosd_core.sampling import SamplingConfig, cfg_combine

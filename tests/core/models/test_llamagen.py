@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mulosd_core.engine import generate
+from mulosd_core.decode import generate
 from mulosd_core.presets import mulo_islands
 from mulosd_core.testing import tiny_model, tiny_vq
 

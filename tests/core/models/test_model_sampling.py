@@ -12,8 +12,8 @@ import shutil
 import pytest
 import torch
 
-from mulosd_core.ar import generate_ar, model_sampling
-from mulosd_core.engine import MethodConfig, generate
+from mulosd_core.decode import generate_ar, model_sampling
+from mulosd_core.decode import MethodConfig, generate
 from mulosd_core.models.checkpoints import CheckpointError, save_safetensors
 from mulosd_core.models.registry import (LLAMAGEN_SAMPLING, embedded_path, load_embedded, load_model,
                                          parse_sampling)
@@ -138,7 +138,7 @@ def test_sampling_none_uses_the_models_own():
     assert not torch.equal(generate_ar(model, cond, SamplingConfig(), seed=5, decode=False).tokens, own)
 
 
-def test_generate_defaults_to_the_shipped_method():
+def test_speculative_needs_a_drafter():
     target = tiny_model(grid=4, seed=1)
     with pytest.raises(ValueError, match="needs a drafter"):
-        generate(target, torch.tensor([1]))
+        generate(target, torch.tensor([1]), method="speculative")

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mulosd_core.engine import MethodConfig, generate
+from mulosd_core.decode import MethodConfig, generate
 from mulosd_core.models.kv_cache import KVCache, round_up
 from mulosd_core.models.protocol import ConditionRows, ImageARModel
 from mulosd_core.presets import method_presets

@@ -111,7 +111,7 @@ def test_not_a_t5_folder(tmp_path, t5_folder):
 
 
 def test_features_drive_a_tiny_t2i_gpt(encoder):
-    from mulosd_core.ar import generate_ar
+    from mulosd_core.decode import generate_ar
     from mulosd_core.sampling import SamplingConfig
     from mulosd_core.testing import tiny_model
 
@@ -123,5 +123,5 @@ def test_features_drive_a_tiny_t2i_gpt(encoder):
     noisy = emb + torch.randn_like(emb) * (1 - mask[..., None].float())
     again = generate_ar(model, noisy, SamplingConfig(cfg_scale=4.0, temperature=0.0), mask=mask, decode=False)
     assert torch.equal(res.tokens, again.tokens)
-    with pytest.raises(ValueError, match="max_length"):
+    with pytest.raises(ValueError, match="expects 12 caption tokens"):
         generate_ar(model, emb[:, 1:], SamplingConfig(), mask=mask[:, 1:], decode=False)

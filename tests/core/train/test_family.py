@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from mulosd_core.ar import generate_ar
+from mulosd_core.decode import generate_ar
 from mulosd_core.data.procedural import NUM_CLASSES
 from mulosd_core.models.latent_upsampler import load_latent_upsampler
 from mulosd_core.models.registry import (EMBEDDED_DIR, EMBEDDED_FAMILIES, EMBEDDED_MEMBERS, embedded_dir, embedded_path,
