@@ -54,3 +54,10 @@ def test_tau_range_matches_the_rule(pack):
 
     tau = next(i for i in MuLoSDLocalVerifier.GET_SCHEMA().inputs if i.id == "tau")
     assert (tau.min, tau.max) == (0.0, 1.0)
+
+
+def test_the_rule_tooltip_reads_the_rule_table():
+    from mulosd_core.decode import RULES
+    from mulosd_pack.nodes.components import RULE_TOOLTIP
+    for name, rule in RULES.items():
+        assert rule.name == name and rule.description and f"{name}: {rule.description}" in RULE_TOOLTIP
