@@ -9,7 +9,7 @@ the engine gives its element j the stream of seed i + j, so batch size does not 
 samples). For every batch, every method runs once before the next batch starts, in an order
 rotated by one method per batch, so machine noise (other jobs, thermal drift) hits all
 methods alike. `--warmup` runs per method (class 0, seeds 10000+) happen first and are not
-timed. Wall time covers `engine.generate` including VQ decoding, per image (run time / batch);
+timed. Wall time covers `decode.generate` including VQ decoding, per image (run time / batch);
 quality metrics (classifier, NLL) are computed after the timed region.
 
 Speed: `wall_ratio_vs_ar` = median AR seconds per image / median method seconds per image
@@ -127,7 +127,7 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
                      "image_size": t.image_size, "classes": "sample i: class i % NUM_CLASSES, seed i",
                      "class_names": list(models.family.class_names), "real_seed": REAL_SEED, "real_samples": len(real),
                      "quality_meaningful": models.quality_meaningful, "method_order": "rotated by one per batch",
-                     "wall_time": "engine.generate incl. VQ decode, per image; warm-up excluded",
+                     "wall_time": "decode.generate incl. VQ decode, per image; warm-up excluded",
                      "time_split_note": "AR: forward counted as verify, loop overhead in other; zipar/sjd/gsd have no part "
                                         "timers (all under other)",
                      "fd_bootstrap": N_BOOT_FD_QUICK if args.quick else N_BOOT_FD, "wall_ratio_ci": WALL_RATIO_CI,

@@ -1,4 +1,4 @@
-"""Is a condition one a model can take? Checked once, by engine.generate, before any model runs.
+"""Is a condition one a model can take? Checked once, by decode.generate, before any model runs.
 
 The library, the benchmark and the nodes all go through generate, so all of them get these errors;
 each names the input, what the model expects and what it was given. The kinds of condition:

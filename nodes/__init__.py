@@ -5,7 +5,7 @@
     components.py  Upsampler, Local Verifier          -> mulosd_core.upsample / engine configs
     text.py        Load Text Encoder, Text Prompt     -> mulosd_core.models.text_encoder
     janus.py       Load Janus-Pro, Janus Prompt       -> mulosd_core.models.janus
-    samplers.py    MuLo-SD Sampler, AR Sampler        -> mulosd_core.engine.generate
+    samplers.py    MuLo-SD Sampler, AR Sampler        -> mulosd_core.api.generate
 """
 from __future__ import annotations
 

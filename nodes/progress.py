@@ -1,6 +1,6 @@
 """The engine's progress callback in ComfyUI: progress bar, a preview of the rows so far, cancel.
 
-`mulosd_core.engine.generate(..., progress=StepProgress(target))` calls it after every
+`mulosd_core.api.generate(..., progress=StepProgress(target))` calls it after every
 decoding step (every token row for plain AR). Cancel does not wait for a step: the
 samplers also pass ComfyUI's interrupt check as `generate(..., interrupt=...)`, which
 the engine calls before every model call. Each progress call honours the interrupt

@@ -2,7 +2,7 @@
 
     MULOSD_MODEL          ModelHandle: a loaded LlamaGen model (GPT + VQ at an image size) or Janus-Pro model
     MULOSD_UPSAMPLER      mulosd_core.upsample.UpsamplerConfig
-    MULOSD_VERIFIER       mulosd_core.engine.VerifierConfig
+    MULOSD_VERIFIER       mulosd_core.api.VerifierConfig
     MULOSD_TEXT_ENCODER   TextEncoderHandle: a FLAN-T5 caption encoder (t2i models)
     MULOSD_CONDITIONING   Conditioning: one prompt's caption features and mask (LlamaGen t2i), or
                           JanusPrompt: one prompt as text (Janus-Pro formats and tokenises it itself)

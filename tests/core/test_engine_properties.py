@@ -1,4 +1,4 @@
-"""Property tests of the decoding engine (engine.generate, method "speculative") on tiny random
+"""Property tests of the decoding engine (decode.generate, method "speculative") on tiny random
 LlamaGen models: random grids, ratios, rules and settings never crash, every token is a valid
 code, committed tokens never change, the statistics add up and agree with the model calls
 actually made, and the two exactness anchors that hold for any configuration (greedy + raster ==

@@ -2,7 +2,7 @@
 
 `ToyModel` is a one-layer attention model over a colour-palette tokenizer: no LlamaGen or Janus
 code, only the members ImageARModel declares (and private helpers). AR, ZipAR, SJD, GSD, SD,
-LANTERN and MuLo-SD (presets.method_presets) run through engine.generate on it, a recorder checks
+LANTERN and MuLo-SD (presets.method_presets) run through decode.generate on it, a recorder checks
 that generate reads nothing the protocol does not declare, and greedy SD reproduces AR token for
 token (the cache, truncation and slots behave as the protocol says).
 """
