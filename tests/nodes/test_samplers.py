@@ -157,3 +157,21 @@ def test_interrupt_stops_within_one_step(models, hook):
     # the next run is not affected
     comfy.utils.set_progress_bar_global_hook(None)
     assert MuLoSDARSampler.execute(models["target"], **ar_kw()).result[0].shape == (1, 32, 32, 3)
+
+
+def test_schedule_widgets_at_minus_one_take_the_resolved_settings(models):
+    """-1 (the widgets' default) is the pair's shipped setting from presets.resolve, for a low-resolution pair
+    and for the target drafting for itself (no hand-set window), and the statistics show what was used."""
+    from mulosd_core.api import resolve
+    from mulosd_pack.nodes.loaders import MuLoSDSelfDrafter
+    from mulosd_pack.nodes.samplers import AUTO, MuLoSDSampler
+
+    target = models["target"]
+    own = MuLoSDSelfDrafter.execute(target, ratio=2).result[0]
+    for drafter in (models["drafter"], own):
+        kw = mulo_kw(parallel_window=AUTO, rows_per_step=AUTO, draft_length=AUTO, cfg=1.0)
+        s = json.loads(MuLoSDSampler.execute(drafter, target, **kw).result[2])
+        want = resolve(target.model, drafter.model)
+        assert (s["config"]["parallel_window"], s["config"]["rows_per_step"], s["config"]["draft_len"]) == (
+            want.parallel_window, want.rows_per_step, want.draft_len)
+        assert s["config"]["verifier"]["tau"] == want.verifier.tau
