@@ -120,9 +120,9 @@ def test_an_image_size_that_cannot_fit_is_refused_before_sampling_and_keeps_memo
 
 
 # -------------------------------------------------------------------------------- cancel
-def test_cancel_at_one_second_of_a_batch_8_run_ends_within_two_seconds(prober):
-    """The scenes pair at the paper's verifier settings, batch 8, runs for seconds (it resamples almost every
-    token; the shipped defaults finish in under one): cancel must not wait for the run's end (checked before
+def test_cancel_at_one_second_of_a_batch_run_ends_within_two_seconds(prober):
+    """The scenes pair at the paper's verifier settings, batch probe.CANCEL_BATCH (16), runs for seconds (it
+    resamples almost every token): cancel must not wait for the run's end (checked before
     every model call); the same prompt afterwards gives the undisturbed run's images."""
     row = prober.cancel(runs=1)
     print(f"\n{row.probe}: {row.detail}")
