@@ -111,8 +111,7 @@ def _maxrss_bytes() -> int:
 
 def _time_split(seconds: dict, total: float) -> dict:
     """The decoding timers (one vocabulary for every method, decode.context) -> TIME_PARTS, the rest "other"."""
-    s = dict(seconds)
-    out = {p: float(s.get(p, 0.0)) for p in TIME_PARTS if p != "other"}
+    out = {p: float(seconds.get(p, 0.0)) for p in TIME_PARTS if p != "other"}
     out["other"] = max(total - sum(out.values()), 0.0)
     return out
 

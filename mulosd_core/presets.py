@@ -124,10 +124,9 @@ def drafts_for_itself(target, drafter) -> bool:
     return drafter is not None and drafter.weights_module() is target.weights_module()
 
 
-# The default embedded family's settings under their old names (the nodes' widget defaults, the sweep).
+# The default embedded family's settings under their old names (the sweep, the tests).
 _DEFAULT = MULO_DEFAULTS["scenes"]
-MULO_TAU, MULO_K, MULO_RADIUS = _DEFAULT.tau, _DEFAULT.k_neighbours, _DEFAULT.expansion_radius
-MULO_WINDOW, MULO_ROWS = _DEFAULT.parallel_window, _DEFAULT.rows_per_step
+MULO_TAU, MULO_K = _DEFAULT.tau, _DEFAULT.k_neighbours
 MULO_RECHECK, MULO_RECHECK_SCOPE = _DEFAULT.recheck, _DEFAULT.recheck_scope
 LANTERN_DELTA = 0.1
 SD_DRAFT_LEN = 4      # SD and LANTERN: tokens drafted per step (the AR Sampler's and MuLo-SD Sampler's defaults too)

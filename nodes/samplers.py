@@ -184,8 +184,8 @@ class MuLoSDSampler(io.ComfyNode):
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
         given = lambda v: None if v == AUTO else v
         method = resolve(target.model, drafter.model, verifier=verifier, upsampler=upsampler,
-                                 rows_per_step=given(rows_per_step), parallel_window=given(parallel_window),
-                                 draft_len=given(draft_length))
+                         rows_per_step=given(rows_per_step), parallel_window=given(parallel_window),
+                         draft_len=given(draft_length))
         info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name,
                 "ratio": target.model.grid // drafter.model.grid}
         return run(target, req, method, info, drafter)

@@ -120,7 +120,7 @@ if __name__ == "__main__":
     args = ap.parse_args()
     r = report()
     print(f"{r['modules']} modules, {r['lines']} lines, {r['imports']} import edges")
-    print(f"largest: " + ", ".join(f"{m} ({n})" for m, n in r["largest"]))
+    print("largest: " + ", ".join(f"{m} ({n})" for m, n in r["largest"]))
     print(f"cycles ({len(r['cycles'])}):")
     for c in r["cycles"]:
         print("  " + " <-> ".join(c))
