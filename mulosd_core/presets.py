@@ -35,6 +35,9 @@ class MuloDefaults:
     rule: str = "mulo"          # the pool: "mulo" (k nearest codes) or "grouped" (GSD's group)
     commit: str = "draft"       # what an accepted position commits (VerifierConfig.commit)
     tier: str = "not measured"  # the quality tier it was measured in (bench.measures), with its speed-up over AR
+    rejection: str = "local"    # VerifierConfig.rejection: "raster" with the exact rule is the lossless mode
+    upsampler: str = "pixel"    # UpsamplerConfig.kind
+    draw: bool = False          # UpsamplerConfig.draw: drafts drawn from the learned upsampler's q
 
 
 # `python -m bench.sweep --family scenes --samples 48 --final-top 5 --threads 1 --recheck 0` (71 min, one thread):
@@ -58,6 +61,18 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
                              source="bench/results/sweep-recheck-embedded.md (24 samples per setting)"),
     "scenes": _SCENES,
     "scenes/indistinguishable": replace(_SCENES, tier="indistinguishable at 0.72x AR's speed (the family's defaults)"),
+    # The lossless mode (docs/DESIGN.md section 3.7): drafts drawn from the learned upsampler's q, the exact rule,
+    # raster rejection with the residual. Its images are the target's own samples (tests/core/decode/test_lossless.py);
+    # tau and k are not read. The near-lossless entry keeps the exact test but rejects locally (radius 0).
+    "scenes/lossless": MuloDefaults(tau=_SCENES.tau, k_neighbours=_SCENES.k_neighbours, expansion_radius=0,
+                                    rows_per_step=1, parallel_window=4, recheck=0, recheck_scope="drafts",
+                                    rule="exact", rejection="raster", upsampler="learned", draw=True,
+                                    source="tests/core/decode/test_lossless.py (exact); bench/results/cpu-embedded-lossless.md",
+                                    tier="lossless"),
+    "scenes/near-lossless": MuloDefaults(tau=_SCENES.tau, k_neighbours=_SCENES.k_neighbours, expansion_radius=0,
+                                         rows_per_step=1, parallel_window=4, recheck=0, recheck_scope="drafts",
+                                         rule="exact", upsampler="learned", draw=True,
+                                         source="bench/results/cpu-embedded-lossless.md", tier="not measured"),
     # The scenes defaults before the tiers (chosen by accuracy and FD, docs/HISTORY.md): the pool of 64 nearest
     # codes accepts 99.8% of the upsampled drafts, so the images are the drafter's (bench/results/cpu-embedded.md,
     # 400 images: C2ST against AR 0.99-1.00).
@@ -87,7 +102,9 @@ PAPER = "paper"
 
 INDISTINGUISHABLE = "indistinguishable"   # the named preset beside a family's defaults (bench.measures' tier name)
 FASTEST = "fastest"                       # ... and the fastest setting measured, whatever its tier
-NAMED = (INDISTINGUISHABLE, FASTEST)      # "<family>/<name>" entries, each the method "mulo_<name>"
+LOSSLESS = "lossless"                     # ... the lossless mode (exact rule, raster rejection, drawn drafts)
+NEAR_LOSSLESS = "near-lossless"           # ... its exact test with local rejection
+NAMED = (LOSSLESS, NEAR_LOSSLESS, INDISTINGUISHABLE, FASTEST)   # "<family>/<name>" entries, methods "mulo_<name>"
 
 
 def defaults_key(family: str | None, self_drafting: bool = False) -> str:
@@ -136,13 +153,13 @@ LANTERN_K = 0   # LANTERN's 1000 of 16384 codes scaled to the codebook: 62 for t
 
 
 def mulo_config(d: MuloDefaults, **kw) -> MethodConfig:
-    """MuLo-SD at the settings `d` (islands resampling, parallel drafting, pixel upsampler), `kw` overriding the
+    """MuLo-SD at the settings `d` (islands resampling, parallel drafting, d's upsampler), `kw` overriding the
     verifier's fields."""
     base = dict(rule=d.rule, tau=d.tau, k_neighbours=d.k_neighbours, expansion_radius=d.expansion_radius,
-                rejection="local", resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope,
+                rejection=d.rejection, resampling="islands", recheck=d.recheck, recheck_scope=d.recheck_scope,
                 commit=d.commit)
     base.update(kw)
-    return MethodConfig(verifier=VerifierConfig(**base), upsampler=UpsamplerConfig(),
+    return MethodConfig(verifier=VerifierConfig(**base), upsampler=UpsamplerConfig(kind=d.upsampler, draw=d.draw),
                         rows_per_step=d.rows_per_step, parallel_window=d.parallel_window)
 
 
@@ -223,7 +240,7 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_self_pair_defaults": (mi, "self"),                            # the two-model pair's settings
         "mulo_self_paper": (mulo_islands(PAPER), "self"),
         "mulo_self_learned": (replace(ms, upsampler=UpsamplerConfig(kind="learned")), "self"),
-    } | {f"mulo_{t}": (mulo_islands(family, tier=t), "low") for t in NAMED if f"{family}/{t}" in MULO_DEFAULTS}
+    } | {f"mulo_{t.replace('-', '_')}": (mulo_islands(family, tier=t), "low") for t in NAMED if f"{family}/{t}" in MULO_DEFAULTS}
 
 
 def same_settings(stored: dict | None, config: MethodConfig) -> bool:

@@ -32,10 +32,16 @@ class UpsamplerConfig:
     ratio: Optional[int] = None      # derived from the two models when None
     filter: str = "bicubic"
     weights: str = ""                # learned kind: a LatentUpsampler file ("" = the embedded family's)
+    # learned kind: draw each target draft from the network's distribution q instead of taking its argmax,
+    # so that the rules with a p/q test (exact: lossless under raster rejection) can verify it (section 3.7)
+    draw: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"upsampler kind must be one of {KINDS}, got {self.kind!r}")
+        if self.draw and self.kind != "learned":
+            raise ValueError(f"upsampler draw=True needs the learned kind (only it gives a distribution over the "
+                             f"target's codes), got kind {self.kind!r}")
         if self.filter not in FILTERS:
             raise ValueError(f"upsampler filter must be one of {FILTERS}, got {self.filter!r}")
         if self.ratio is not None and (int(self.ratio) != self.ratio or self.ratio < 1):
@@ -105,21 +111,15 @@ def upsample_rows(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARMo
     if cfg.kind == "nearest":
         grid = low.reshape(-1, rows, drafter.grid)
         return grid.repeat_interleave(r, 1).repeat_interleave(r, 2).flatten(1)
-    if context is None:
-        context = low[:, :0]
+    context = _context_rows(drafter, low, rows, context)
     c = context.shape[1] // drafter.grid
-    if context.shape[1] != c * drafter.grid or c + rows > drafter.grid:
-        raise ValueError(f"low-res context must be whole rows of {drafter.grid} tokens above the drafted rows "
-                         f"(at most {drafter.grid - rows} rows here), got {context.shape[1]} tokens")
-    if cfg.kind in ("learned", "pixel"):   # both read the whole band of low-res rows, context included
+    if cfg.kind == "learned":
+        return upsample_logits(cfg, drafter, target, low, rows, context).argmax(-1).to(low.device)
+    if cfg.kind == "pixel":   # reads the whole band of low-res rows, context included
         band = torch.cat([context.to(low.device), low], 1)
-        if cfg.kind == "learned":
-            net = learned_net(cfg, target, r)
-            tokens = net.upsample(band.to(net.head.weight.device), c + rows, drafter.grid)
-        else:
-            images = drafter.decode(full_grid(band, c + rows, drafter.grid))
-            h, w = images.shape[-2:]
-            tokens = target.encode(resize(images, (h * r, w * r), cfg.filter))
+        images = drafter.decode(full_grid(band, c + rows, drafter.grid))
+        h, w = images.shape[-2:]
+        tokens = target.encode(resize(images, (h * r, w * r), cfg.filter))
         first = c * r * target.grid
         return tokens[:, first:first + rows * r * target.grid].to(low.device)
     # embedding: interpolate code vectors in latent space, then re-quantise
@@ -131,6 +131,31 @@ def upsample_rows(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARMo
     tokens = target.nearest_codes(z)
     skip = r * target.grid if c else 0
     return tokens[:, skip:].to(low.device)
+
+
+def _context_rows(drafter: ImageARModel, low: torch.Tensor, rows: int, context: Optional[torch.Tensor]) -> torch.Tensor:
+    """The low-res context, checked: whole rows above the drafted ones (none when None)."""
+    if context is None:
+        context = low[:, :0]
+    c = context.shape[1] // drafter.grid
+    if context.shape[1] != c * drafter.grid or c + rows > drafter.grid:
+        raise ValueError(f"low-res context must be whole rows of {drafter.grid} tokens above the drafted rows "
+                         f"(at most {drafter.grid - rows} rows here), got {context.shape[1]} tokens")
+    return context
+
+
+@torch.no_grad()
+def upsample_logits(cfg: UpsamplerConfig, drafter: ImageARModel, target: ImageARModel, low: torch.Tensor,
+                    rows: int, context: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The learned upsampler's logits [B, rows*r*s_p, V] over the target tokens under the drafted rows, on
+    the network's device: its argmax is the learned route's draft, its softmax the q that `draw` samples."""
+    r = resolution_ratio(target.grid, drafter.grid)
+    context = _context_rows(drafter, low, rows, context)
+    c = context.shape[1] // drafter.grid
+    net = learned_net(cfg, target, r)
+    band = torch.cat([context.to(low.device), low], 1).to(net.head.weight.device)
+    first = c * r * target.grid
+    return net(band, c + rows, drafter.grid)[:, first:first + rows * r * target.grid]
 
 
 def learned_net(cfg: UpsamplerConfig, target: ImageARModel, r: int):

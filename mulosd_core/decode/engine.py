@@ -40,9 +40,10 @@ def check_pair(target: ImageARModel, drafter: ImageARModel, method: MethodConfig
     if method.upsampler.ratio is not None and method.upsampler.ratio != r:
         raise ValueError(f"upsampler ratio {method.upsampler.ratio} does not match the models: target grid {target.grid} / "
                          f"drafter grid {drafter.grid} = {r}")
-    if r > 1 and RULES[method.verifier.rule].needs_q:
-        raise ValueError(f"acceptance rule {method.verifier.rule!r} needs the drafter's probability of each draft, "
-                         f"which an upsampled (r = {r}) draft does not have; use one of "
+    if r > 1 and RULES[method.verifier.rule].needs_q and not method.upsampler.draw:
+        raise ValueError(f"acceptance rule {method.verifier.rule!r} needs the probability of each draft under the "
+                         f"distribution it was drawn from, which a deterministic upsampled (r = {r}) draft does not "
+                         f"have; draw the drafts from the learned upsampler (kind 'learned', draw=True), use one of "
                          f"{', '.join(repr(n) for n in rule_names(lambda x: not x.needs_q))}, or a same-resolution drafter")
     if r == 1 and method.parallel_window:
         raise ValueError("parallel drafting is for a low-resolution drafter (r > 1); set parallel_window = 0 for r = 1")

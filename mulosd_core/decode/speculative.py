@@ -13,7 +13,7 @@ from ..cancel import check_now
 from ..recheck import ContextClock
 from ..sampling import sample_tokens
 from ..schedules import parallel_draft_schedule
-from ..upsample import downsample_rows, resolution_ratio, upsample_rows
+from ..upsample import downsample_rows, resolution_ratio, upsample_logits, upsample_rows
 from .context import ACCEPTED, DRAFTER_STREAM, NEIGHBOUR, REJECTED, TARGET, Method, RunContext
 from .rules import RULES
 
@@ -140,8 +140,8 @@ class Speculative:
         return self._commit_local(first, end, probs, accepted)
 
     def _draft(self, first: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Drafts [B, n] for the chunk from `first`, at the target's resolution, and the drafter's
-        distributions they were drawn from [B, n, V] (same-resolution drafter only; None once upsampled)."""
+        """Drafts [B, n] for the chunk from `first`, at the target's resolution, and the distributions they
+        were drawn from [B, n, V]: the drafter's (r = 1) or the learned upsampler's (`draw`), else None."""
         ctx = self._context(first)
         with self.stats.timer("draft"):
             logits = self._sync(ctx)
@@ -155,13 +155,24 @@ class Speculative:
                 low = self._draft_parallel(row0, rows, logits)
             else:
                 low, _ = self._draft_sequential(ctx.shape[1], rows * self.drafter_grid, logits)
-        if self.method.upsampler.kind == "learned":
+        up_cfg = self.method.upsampler
+        if up_cfg.kind == "learned":
             check_now(self.target)   # a network of its own, not one of the models' calls
-        with self.stats.timer("upsample"):
-            up = upsample_rows(self.method.upsampler, self.drafter, self.target, low, rows, ctx)
         chunk0 = row0 * self.ratio * self.grid   # the low-res rows cover target rows from here
-        end = min(self.num_tokens, chunk0 + up.shape[1])
-        return up[:, first - chunk0:end - chunk0], None
+        end = min(self.num_tokens, chunk0 + rows * self.ratio * self.grid)
+        with self.stats.timer("upsample"):
+            if not up_cfg.draw:
+                up = upsample_rows(up_cfg, self.drafter, self.target, low, rows, ctx)
+                return up[:, first - chunk0:end - chunk0], None
+            # distribution-valued: each draft is drawn from q, which the rule's p/q test then reads
+            logits = upsample_logits(up_cfg, self.drafter, self.target, low, rows, ctx)[:, first - chunk0:end - chunk0]
+            q = torch.softmax(logits.float(), -1).to(self.target.device)
+            return self._draw(q), q
+
+    def _draw(self, q: torch.Tensor) -> torch.Tensor:
+        """Drafts [B, n] drawn from q [B, n, V], image b from its drafter stream."""
+        n = q.shape[1]
+        return self.drafter_streams.sample(q.reshape(-1, q.shape[-1]), [b for b in range(self.batch) for _ in range(n)]).view(self.batch, n)
 
     def _accept(self, probs: torch.Tensor, draft: torch.Tensor, q: Optional[torch.Tensor]) -> torch.Tensor:
         if self.method.oracle:

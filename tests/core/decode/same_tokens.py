@@ -1,6 +1,7 @@
 """Every named method's tokens at fixed seeds, the record `test_same_tokens` compares against.
 
     python -m tests.core.decode.same_tokens --write    # re-record (only when a change of tokens is intended)
+    python -m tests.core.decode.same_tokens --add      # record a new method's cases, the others untouched
 
 The record was first written before the engine became the decode package (issue 34), so the test shows
 that the move kept every method's tokens bit for bit. Variants beyond the named presets cover paths the
@@ -60,18 +61,21 @@ def run_case(models, cfg, kind, sampling):
                     decode=False).tokens.to(torch.int16)
 
 
-def record() -> dict[str, torch.Tensor]:
+def record(skip: frozenset = frozenset()) -> dict[str, torch.Tensor]:
     torch.set_num_threads(1)
     fams = load_families()
-    return {name: run_case(fams[fam], cfg, kind, sampling) for name, fam, cfg, kind, sampling in cases()}
+    return {name: run_case(fams[fam], cfg, kind, sampling) for name, fam, cfg, kind, sampling in cases() if name not in skip}
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write the record to {RECORD}")
+    ap.add_argument("--add", action="store_true", help="record only the cases the record lacks (a new method), "
+                                                       "keeping every recorded one as it is")
     args = ap.parse_args()
-    rec = record()
-    if args.write:
+    held = torch.load(RECORD, weights_only=True) if args.add else {}
+    rec = {**held, **record(frozenset(held))}
+    if args.write or args.add:
         os.makedirs(os.path.dirname(RECORD), exist_ok=True)
         torch.save(rec, RECORD)
         print(f"wrote {len(rec)} cases to {RECORD} ({os.path.getsize(RECORD) // 1024} KB)")

@@ -42,7 +42,7 @@ def test_the_configs_and_the_pair_check_read_the_table(pair):
     with pytest.raises(ValueError, match="rules with a pool: mulo"):
         VerifierConfig(rule="greedy", commit="pool")
     for name in rule_names(lambda r: r.needs_q):
-        with pytest.raises(ValueError, match=f"acceptance rule '{name}' needs the drafter's probability"):
+        with pytest.raises(ValueError, match=f"acceptance rule '{name}' needs the probability of each draft"):
             check_pair(target, drafter, MethodConfig(verifier=VerifierConfig(rule=name, rejection="raster")))
     with pytest.raises(ValueError, match="rule must be one of"):
         VerifierConfig(rule="fast")
