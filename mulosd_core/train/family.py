@@ -91,7 +91,11 @@ class Preset:
         GPTStage("drafter", grid=8, dim=80, n_layer=4, n_head=4, steps=16000, batch=32, pool=108000),
         GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16),
     ])
-    upsampler: UpsamplerStage = field(default_factory=UpsamplerStage)
+    upsamplers: tuple[UpsamplerStage, ...] = (UpsamplerStage(),)
+    # A folder whose VQ and classifier this preset reuses (copied into --out) instead of training its own: a
+    # larger member of a shipped family shares its tokenizer, so the shipped models can draft for it.
+    base: str = ""
+    pool_scales: tuple[int, ...] = (2,)   # the pool's lower grids, as divisors of the image: 2 -> "low", 4 -> "low4"
     # Stages that depend only on the VQ and the pool, trained by a second process while this one trains the
     # others (`--jobs 2`): small models use one core far better than two threads share it.
     second_lane: tuple[str, ...] = ("classifier", "drafter", "sd_drafter")
@@ -111,7 +115,7 @@ PATTERNS_PRESETS = {
         GPTStage("target", grid=16, dim=96, n_layer=4, n_head=4, steps=3000, batch=16),
         GPTStage("drafter", grid=8, dim=80, n_layer=4, n_head=4, steps=6000, batch=32, pool=48000),
         GPTStage("sd_drafter", grid=16, dim=48, n_layer=2, n_head=2, steps=1000, batch=16)],
-        upsampler=UpsamplerStage(steps=1500)),
+        upsamplers=(UpsamplerStage(steps=1500),)),
     "cpu-full": Preset("cpu-full"),   # the shipped family (models/embedded), about 2.2 h stage by stage
     "gpu": Preset("gpu", vq_steps=6000, vq_batch=64, pool=100000, gpts=[
         GPTStage("target", grid=16, dim=192, n_layer=6, n_head=6, steps=8000, batch=64),
@@ -123,7 +127,7 @@ PATTERNS_PRESETS = {
                         GPTStage("target", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4),
                         GPTStage("drafter", grid=8, dim=32, n_layer=1, n_head=2, steps=2, batch=4, pool=40),
                         GPTStage("sd_drafter", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4)],
-                    upsampler=UpsamplerStage(channels=8, layers=1, steps=2, batch=4)),
+                    upsamplers=(UpsamplerStage(channels=8, layers=1, steps=2, batch=4),)),
 }
 
 
@@ -151,7 +155,16 @@ SCENES_PRESETS = {
                       # self-drafting at window 3 gave FD +26% over AR; with them window 2 is within 15%
                       GPTStage("self_target", grid=16, dim=128, n_layer=8, n_head=4, steps=4000, batch=16,
                                low_share=0.5, low_batch=80, low_layers=5, pool=48000, parallel_share=0.5)],
-                  upsampler=UpsamplerStage(steps=1000)),
+                  upsamplers=(UpsamplerStage(steps=1000),)),
+    # The 128 px member (32 x 32 tokens) of the shipped scenes family: same VQ and classifier, drafted by the
+    # shipped target at r = 2 and by the shipped drafter at r = 4 (docs/DESIGN.md section 3.4). The target is
+    # the 16 x 16 one's architecture; a step of 8 images feeds it twice the tokens of that one's 16, at about
+    # 2.3 s a step on one core.
+    "cpu-128": Preset("cpu-128", data="scenes", vq=_SCENES_VQ, base="models/embedded", image_size=128, pool=12000,
+                      pool_scales=(2, 4), sampling=SCENES_SAMPLING, second_lane=(), gpts=[
+                          GPTStage("target", grid=32, dim=128, n_layer=8, n_head=4, steps=1600, batch=8)],
+                      upsamplers=(UpsamplerStage("upsampler", drafter="base:target", steps=800),
+                                  UpsamplerStage("upsampler_r4", drafter="base:drafter", low="low4", steps=800))),
     "gpu": Preset("gpu", data="scenes", vq=_SCENES_VQ, vq_steps=6000, vq_batch=64, pool=100000, sampling=SCENES_SAMPLING,
                   classifier_noise=0.06, gpts=[
                       GPTStage("target", grid=16, dim=192, n_layer=8, n_head=6, steps=8000, batch=64),
@@ -315,6 +328,11 @@ def _pool_images(labels: torch.Tensor, start: int, p: Preset, device: str):
         yield i, p.family.keyed_batch(labels[i:i + 256], (DATA_SEED, 2, i), p.image_size, p.family.gpt_variation).to(device)
 
 
+def pool_key(scale: int) -> str:
+    """The token pool's key for images `scale` times smaller than the preset's: "low" for half, "low4" for a quarter."""
+    return "low" if scale == 2 else f"low{scale}"
+
+
 @torch.no_grad()
 def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, torch.Tensor]:
     """Encode a fixed, class-balanced image pool once at both grids; shared by every GPT stage.
@@ -323,20 +341,22 @@ def token_pool(vq: VQModel, p: Preset, work: Path, device: str) -> dict[str, tor
     tokenizer and the classifier were trained on the wider one that contains it.
     """
     path = work / "token_pool.pt"
-    meta = {"data": p.data, "variation": p.family.gpt_variation, "pool": p.pool, "image_size": p.image_size, "codebook_size": p.vq.codebook_size}
+    meta = {"data": p.data, "variation": p.family.gpt_variation, "pool": p.pool, "image_size": p.image_size, "codebook_size": p.vq.codebook_size,
+            **({"scales": list(p.pool_scales)} if p.pool_scales != (2,) else {})}
     if path.exists():
         pool = torch.load(path, map_location="cpu", weights_only=True)
         if pool.get("meta") == meta:
             return pool
         log.info("[pool] %s was built for %s, not %s: encoding it again", path, pool.get("meta"), meta)
     labels = torch.arange(p.pool) % p.family.num_classes
-    full, low = [], []
+    keys = {"full": 1, **{pool_key(s): s for s in p.pool_scales}}
+    parts = {k: [] for k in keys}
     for i, images in _pool_images(labels, 0, p, device):
-        full.append(vq.encode(images).cpu())
-        low.append(vq.encode(resize(images, p.image_size // 2, "area")).cpu())
+        for k, s in keys.items():
+            parts[k].append(vq.encode(images if s == 1 else resize(images, p.image_size // s, "area")).cpu().to(torch.int16))
         if i % 4096 == 0:
             log.info("[pool] encoded %d/%d images", i, p.pool)
-    pool = {"labels": labels, "full": torch.cat(full).to(torch.int16), "low": torch.cat(low).to(torch.int16), "meta": meta}
+    pool = {"labels": labels, **{k: torch.cat(v) for k, v in parts.items()}, "meta": meta}
     torch.save(pool, path)
     return pool
 
@@ -432,8 +452,29 @@ def _done(out: Path, name: str) -> bool:
 
 
 def stage_names(p: Preset) -> list[str]:
-    """Every member after the VQ, in training order (the upsampler needs the target and the drafter)."""
-    return ["classifier"] + [s.name for s in p.gpts] + ["upsampler"]
+    """Every member after the VQ, in training order (the upsamplers need the target and their drafter)."""
+    return ["classifier"] + [s.name for s in p.gpts] + [u.name for u in p.upsamplers]
+
+
+def _base_folder(p: Preset) -> Path:
+    base = Path(p.base)
+    return base if base.is_absolute() else Path(__file__).resolve().parents[2] / base
+
+
+def copy_base_members(p: Preset, out: Path) -> None:
+    """A preset with a base family takes its VQ and classifier as they are: same tokenizer, same judge."""
+    import shutil
+
+    for name in ("vq", "classifier"):
+        if _done(out, name):
+            continue
+        for ext in ("safetensors", "json"):
+            src = _base_folder(p) / f"{name}.{ext}"
+            if not src.is_file():
+                raise FileNotFoundError(f"preset {p.name}: its base family {p.base} has no {src.name}; train that "
+                                        f"family first (its card's `reproduce` command)")
+            shutil.copyfile(src, out / src.name)
+        log.info("%s copied from the base family %s", name, p.base)
 
 
 def _start_second_lane(family: str, preset: str, names: list[str], out: Path, work: Path, device: str,
@@ -471,13 +512,17 @@ def _train_members(names: list[str], p: Preset, vq: VQModel, out: Path, work: Pa
             stage_pool = {**pool, **extended_low_pool(vq, p, pool, stage.pool, work, device)}
         train_gpt(stage, p, stage_pool, out, work, device)
         log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
-    if "upsampler" in names and not _done(out, "upsampler"):
+    for up in p.upsamplers:
+        if up.name not in names or _done(out, up.name):
+            continue
         from ..models.registry import load_model
 
         pool = pool or token_pool(vq, p, work, device)
-        pair = [load_model(str(out / f"{name}.safetensors"), "", device=device, vq=vq) for name in ("target", "drafter")]
-        train_upsampler(p.upsampler, *pair, pool, out, work, device)
-        log.info("upsampler ready after %.0fs", time.perf_counter() - t0)
+        drafter = (_base_folder(p) / up.drafter[5:] if up.drafter.startswith("base:") else out / up.drafter)
+        pair = [load_model(str(path.with_suffix(".safetensors")), "", device=device, vq=vq)
+                for path in (out / "target", drafter)]
+        train_upsampler(up, *pair, pool, out, work, device)
+        log.info("%s ready after %.0fs", up.name, time.perf_counter() - t0)
     return pool
 
 
@@ -511,10 +556,13 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
     out_p.mkdir(parents=True, exist_ok=True)
     work_p.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    if p.base:
+        copy_base_members(p, out_p)
     vq = load_vq(str(out_p / "vq.safetensors"), device=device) if _done(out_p, "vq") else train_vq(p, out_p, work_p, device)
     log.info("VQ ready after %.0fs", time.perf_counter() - t0)
     second = [n for n in wanted if n in p.second_lane and not _done(out_p, n)] if jobs == 2 else []
-    alongside = [n for n in wanted if n not in second and n != "upsampler" and not _done(out_p, n)]
+    ups = {u.name for u in p.upsamplers}
+    alongside = [n for n in wanted if n not in second and n not in ups and not _done(out_p, n)]
     pool = None
     if second and alongside:   # two processes only when both have something to train
         pool = token_pool(vq, p, work_p, device)   # encoded once, before the child reads it
@@ -534,14 +582,14 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
             raise RuntimeError(f"the second training process ({', '.join(second)}) failed with exit code "
                                f"{child.returncode}; its log is above. Run the same command again to resume.")
         log.info("both processes done after %.0fs", time.perf_counter() - t0)
-    _train_members(wanted, p, vq, out_p, work_p, device, t0, pool)   # what is still missing: all, or the upsampler
+    _train_members(wanted, p, vq, out_p, work_p, device, t0, pool)   # what is still missing: all, or the upsamplers
     if card.exists() or not all(_done(out_p, n) for n in ["vq", *names]):
         return   # the card is written once, by the run that completes the family
     card.write_text(json.dumps({
         "preset": preset, "data_family": family, "classes": list(p.family.class_names), "image_size": p.image_size,
         "vq_downsample": p.vq.downsample, "gpt_data_variation": p.family.gpt_variation, "sampling": p.sampling,
         "members": {"vq": "vq.safetensors", "classifier": "classifier.safetensors",
-                    **{s.name: f"{s.name}.safetensors" for s in p.gpts}, "upsampler": "upsampler.safetensors"},
+                    **{s.name: f"{s.name}.safetensors" for s in [*p.gpts, *p.upsamplers]}},
         "reproduce": reproduce_command()}, indent=2))
     log.info("family trained in %.0fs", time.perf_counter() - t0)
 

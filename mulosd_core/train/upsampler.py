@@ -25,7 +25,12 @@ HELD_OUT = 1000   # the pool's last pairs, never trained on
 
 @dataclass
 class UpsamplerStage:
-    """The learned upsampler's width, depth and schedule (one field of a family preset, train/family.py)."""
+    """One learned upsampler of a family preset (train/family.py): which pair it serves, its width, depth
+    and schedule. `drafter` is the member whose grid it lifts ("base:<member>" for a member of the preset's
+    base family) and `low` the token pool's key at that grid ("low": half the target's grid, "low4": a quarter)."""
+    name: str = "upsampler"
+    drafter: str = "drafter"
+    low: str = "low"
     channels: int = 64
     layers: int = 4
     steps: int = 3000
@@ -55,11 +60,11 @@ def train_upsampler(stage: UpsamplerStage, target: LlamaGenModel, drafter: Llama
     torch.manual_seed(DATA_SEED)
     net = LatentUpsampler(cfg).to(device).train()
     opt = torch.optim.AdamW(net.parameters(), lr=stage.lr, weight_decay=0.01)
-    start, _ = load_resume(work, "upsampler", net, opt)
-    low, full = pool["low"].long(), pool["full"].long()
+    start, _ = load_resume(work, stage.name, net, opt)
+    low, full = pool[stage.low].long(), pool["full"].long()
     n_train = len(low) - min(HELD_OUT, len(low) // 4)
     g = drafter.grid
-    prog = Progress("upsampler", stage.steps, start)
+    prog = Progress(stage.name, stage.steps, start)
     loss_ema = None
     for step in range(start, stage.steps):
         for group in opt.param_groups:
@@ -73,15 +78,16 @@ def train_upsampler(stage: UpsamplerStage, target: LlamaGenModel, drafter: Llama
         loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
         prog(step + 1, loss=loss_ema)
         if (step + 1) % 200 == 0:
-            save_resume(work, "upsampler", net, opt, step + 1, {})
+            save_resume(work, stage.name, net, opt, step + 1, {})
     net.eval()
     net.codebook_id = codebook_id = target.codebook_id()
     metrics = token_match(target, drafter, net, low[n_train:].to(device), full[n_train:].to(device))
-    log.info("[upsampler] held-out token match: learned %.3f, pixel %.3f, nearest %.3f", metrics["learned_token_match"],
+    log.info("[%s] held-out token match: learned %.3f, pixel %.3f, nearest %.3f", stage.name, metrics["learned_token_match"],
              metrics["pixel_token_match"], metrics["nearest_token_match"])
-    save_latent_upsampler(net, str(out / "upsampler.safetensors"))
-    write_card(out, "upsampler", {"kind": "latent_upsampler", "config": cfg.to_dict(), "codebook_id": codebook_id,
-                                   "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema,
-                                   "data_seed": DATA_SEED, "metrics": metrics,
-                                   "params": sum(t.numel() for t in net.parameters()), "reproduce": reproduce_command()})
+    save_latent_upsampler(net, str(out / f"{stage.name}.safetensors"))
+    write_card(out, stage.name, {"kind": "latent_upsampler", "config": cfg.to_dict(), "codebook_id": codebook_id,
+                                 "grids": [drafter.grid, target.grid],
+                                 "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema,
+                                 "data_seed": DATA_SEED, "metrics": metrics,
+                                 "params": sum(t.numel() for t in net.parameters()), "reproduce": reproduce_command()})
     return net

@@ -47,7 +47,7 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path, da
         assert card["data_family"] == data
     net = load_latent_upsampler(str(out / "upsampler.safetensors"))
     card = json.loads((out / "upsampler.json").read_text())
-    assert net.config.to_dict() == card["config"] and card["steps"] == smoke.upsampler.steps
+    assert net.config.to_dict() == card["config"] and card["steps"] == smoke.upsamplers[0].steps
     assert net.codebook_id == card["codebook_id"] == load_model(str(out / "target.safetensors"), "", vq=vq).codebook_id()
     assert {"learned_token_match", "pixel_token_match", "nearest_token_match"} <= set(card["metrics"])
     # the second process (--jobs 2 is the default) trained its lane and recorded the user's command, not its own
