@@ -8,7 +8,8 @@ from __future__ import annotations
 from .decode import (COMMITS, METHODS, RECHECK_SCOPES, REJECTIONS, RESAMPLINGS, RULES, GenerationResult, MethodConfig,
                      VerifierConfig, generate)
 from .imageops import FILTERS
-from .presets import LANTERN_DELTA, LANTERN_K, SJD_WINDOW, TARGET_ONLY, ZIPAR_WINDOW, mulo_verifier, resolve
+from .presets import (LANTERN_DELTA, LANTERN_K, QUALITIES, SHIPPED, SJD_WINDOW, TARGET_ONLY, ZIPAR_WINDOW, mulo_verifier,
+                      resolve)
 from .sampling import SamplingConfig
 from .upsample import KINDS, UpsamplerConfig
 

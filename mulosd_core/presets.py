@@ -61,6 +61,8 @@ MULO_DEFAULTS: dict[str, MuloDefaults] = {
                              source="bench/results/sweep-recheck-embedded.md (24 samples per setting)"),
     "scenes": _SCENES,
     "scenes/indistinguishable": replace(_SCENES, tier="indistinguishable at 0.72x AR's speed (the family's defaults)"),
+    # no faster setting passed "as good as AR" in the sweep's final stage: its fastest there is the indistinguishable one
+    "scenes/as good as AR": replace(_SCENES, tier="indistinguishable (so as good as AR too) at 0.72x AR's speed"),
     # The lossless mode (docs/DESIGN.md section 3.7): drafts drawn from the learned upsampler's q, the exact rule,
     # raster rejection with the residual. Its images are the target's own samples (tests/core/decode/test_lossless.py);
     # tau and k are not read. The near-lossless entry keeps the exact test but rejects locally (radius 0).
@@ -101,10 +103,18 @@ PAPER = "paper"
 
 
 INDISTINGUISHABLE = "indistinguishable"   # the named preset beside a family's defaults (bench.measures' tier name)
+AS_GOOD = "as good as AR"                 # ... the other tier (bench.measures.AS_GOOD)
 FASTEST = "fastest"                       # ... and the fastest setting measured, whatever its tier
 LOSSLESS = "lossless"                     # ... the lossless mode (exact rule, raster rejection, drawn drafts)
 NEAR_LOSSLESS = "near-lossless"           # ... its exact test with local rejection
-NAMED = (LOSSLESS, NEAR_LOSSLESS, INDISTINGUISHABLE, FASTEST)   # "<family>/<name>" entries, methods "mulo_<name>"
+NAMED = (LOSSLESS, NEAR_LOSSLESS, INDISTINGUISHABLE, AS_GOOD, FASTEST)   # "<family>/<name>" entries, methods "mulo_<name>"
+SHIPPED = "shipped"                       # the quality choice that means the family's defaults
+QUALITIES = (SHIPPED, *NAMED)             # the MuLo-SD Sampler's quality choice (resolve's quality=)
+
+
+def method_name(quality: str) -> str:
+    """The benchmark's method name of a named preset: mulo_lossless, mulo_as_good_as_ar, ..."""
+    return "mulo_" + quality.lower().replace("-", "_").replace(" ", "_")
 
 
 def defaults_key(family: str | None, self_drafting: bool = False) -> str:
@@ -194,9 +204,11 @@ def resolve(target, drafter=None, *, verifier: VerifierConfig | None = None, ups
     tier). A low-resolution drafter drafts rows (parallel window from the defaults); a same-resolution one
     (SD, LANTERN) drafts SD_DRAFT_LEN tokens sequentially. No drafter: the target alone, AR. The nodes, the
     demo, the benchmark and the README's snippet all call this."""
+    if quality is not None and quality not in QUALITIES:
+        raise ValueError(f"quality: expected one of {list(QUALITIES)}, got {quality!r}")
     if drafter is None:
         return MethodConfig(method="ar")
-    d = mulo_defaults(model_family(target), drafts_for_itself(target, drafter), quality)
+    d = mulo_defaults(model_family(target), drafts_for_itself(target, drafter), None if quality == SHIPPED else quality)
     base = mulo_config(d)
     low = drafter.grid < target.grid
     pick = lambda given, shipped: shipped if given is None else given
@@ -240,7 +252,7 @@ def method_presets(family: str | None = "scenes") -> dict[str, tuple[MethodConfi
         "mulo_self_pair_defaults": (mi, "self"),                            # the two-model pair's settings
         "mulo_self_paper": (mulo_islands(PAPER), "self"),
         "mulo_self_learned": (replace(ms, upsampler=UpsamplerConfig(kind="learned")), "self"),
-    } | {f"mulo_{t.replace('-', '_')}": (mulo_islands(family, tier=t), "low") for t in NAMED if f"{family}/{t}" in MULO_DEFAULTS}
+    } | {method_name(t): (mulo_islands(family, tier=t), "low") for t in NAMED if f"{family}/{t}" in MULO_DEFAULTS}
 
 
 def same_settings(stored: dict | None, config: MethodConfig) -> bool:

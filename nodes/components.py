@@ -40,15 +40,19 @@ class MuLoSDUpsampler(io.ComfyNode):
                 io.Combo.Input("filter", options=list(FILTERS), default=_DEFAULT_UPSAMPLER.filter,
                                tooltip="Resampling filter of the pixel route (and of the embedding route, where "
                                        "bilinear/bicubic apply); also used to shrink committed rows for the drafter."),
+                io.Boolean.Input("draw", default=_DEFAULT_UPSAMPLER.draw,
+                                 tooltip="learned kind only: draw each draft from the network's distribution instead "
+                                         "of taking its most likely code, so the exact rule can verify it (with raster "
+                                         "rejection the images are the target's own samples: the lossless mode)."),
             ],
             outputs=[MulosdUpsampler.Output("upsampler", display_name="upsampler",
                                             tooltip="The upsampler settings, for the MuLo-SD Sampler.")],
         )
 
     @classmethod
-    def execute(cls, kind, ratio, filter) -> io.NodeOutput:
+    def execute(cls, kind, ratio, filter, draw=False) -> io.NodeOutput:
         check_choices(cls, kind=kind, filter=filter)
-        return io.NodeOutput(UpsamplerConfig(kind=kind, ratio=ratio or None, filter=filter))
+        return io.NodeOutput(UpsamplerConfig(kind=kind, ratio=ratio or None, filter=filter, draw=draw))
 
 
 class MuLoSDLocalVerifier(io.ComfyNode):

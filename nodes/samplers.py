@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from comfy_api.latest import io
 
-from mulosd_core.api import (SJD_WINDOW, TARGET_ONLY, ZIPAR_WINDOW, MethodConfig, SamplingConfig, UpsamplerConfig,
-                             VerifierConfig, generate, resolve)
+from mulosd_core.api import (QUALITIES, SHIPPED, SJD_WINDOW, TARGET_ONLY, ZIPAR_WINDOW, MethodConfig, SamplingConfig,
+                             UpsamplerConfig, VerifierConfig, generate, resolve)
 
 from .inputs import check_choices
 from .progress import StepProgress
@@ -172,6 +172,15 @@ class MuLoSDSampler(io.ComfyNode):
                              tooltip="Same-resolution drafter only (SD, LANTERN): tokens drafted per step; 0 = whole rows; "
                                      "-1 = the shipped setting."),
                 io.Int.Input("batch_size", default=1, min=1, max=64, tooltip="Images per run (image b uses seed + b)."),
+                io.Combo.Input("quality", options=list(QUALITIES), default=SHIPPED,
+                               tooltip="One choice for the whole method: a preset measured on the target's family "
+                                       "(docs/RESULTS.md). shipped = the family's defaults; lossless = the target's "
+                                       "own distribution (exact rule, raster rejection, drafts drawn from the learned "
+                                       "upsampler); near-lossless = the same test, local rejection; indistinguishable "
+                                       "and as good as AR = the fastest setting measured in that quality tier; fastest = "
+                                       "the fastest measured, whatever its quality. A connected Upsampler or Local "
+                                       "Verifier, and schedule widgets not at -1, override it. A family without that "
+                                       "preset (LlamaGen, Janus-Pro) is refused with the list of those it has."),
             ],
             outputs=OUTPUTS,
         )
@@ -180,10 +189,11 @@ class MuLoSDSampler(io.ComfyNode):
     def execute(cls, drafter: ModelHandle, target: ModelHandle, class_id, seed, cfg, temperature, top_k, top_p,
                 parallel_window, rows_per_step, draft_length, batch_size, upsampler: UpsamplerConfig | None = None,
                 verifier: VerifierConfig | None = None,
-                conditioning: Conditioning | JanusPrompt | None = None) -> io.NodeOutput:
+                conditioning: Conditioning | JanusPrompt | None = None, quality: str = SHIPPED) -> io.NodeOutput:
+        check_choices(cls, quality=quality)
         req = parse_request(target, conditioning, class_id, seed, batch_size, cfg, temperature, top_k, top_p)
         given = lambda v: None if v == AUTO else v
-        method = resolve(target.model, drafter.model, verifier=verifier, upsampler=upsampler,
+        method = resolve(target.model, drafter.model, verifier=verifier, upsampler=upsampler, quality=quality,
                          rows_per_step=given(rows_per_step), parallel_window=given(parallel_window),
                          draft_len=given(draft_length))
         info = {"sampler": "MuLo-SD", "target": target.name, "drafter": drafter.name,
