@@ -90,7 +90,7 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
     models = load_models(args.models, args.device, dtype, tiny_grid=args.tiny_grid, family=args.family,
-                         target=args.target)
+                         target=args.target, drafter=args.drafter)
     presets = method_presets(models.target.family)
     names = list(args.methods or (QUICK_METHODS if args.quick else ALL_METHODS))
     unknown = [n for n in names if n not in presets]
@@ -152,6 +152,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--models", default="embedded", choices=("embedded", "tiny"))
     ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES),
                     help="embedded family (scenes: the default, patterns: the near-deterministic hard case)")
+    ap.add_argument("--drafter", default="", help="the low-resolution drafter as <family>:<member> (scenes128's "
+                                                  "target: scenes:target for r = 2, scenes:drafter for r = 4); default "
+                                                  "the family's own")
     ap.add_argument("--target", default="target", choices=("target", "self_target"),
                     help="the family member that is the target (self_target: trained at its grid and at half of it, "
                          "so that mulo_self drafts with its own weights; the family's low-res drafter still serves "

@@ -48,12 +48,14 @@ class Models:
 
 
 def load_models(kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32, tiny_grid: int = 4,
-                family: str = DEFAULT_EMBEDDED_FAMILY, target: str = "target") -> Models:
+                family: str = DEFAULT_EMBEDDED_FAMILY, target: str = "target", drafter: str = "") -> Models:
     """An embedded family (+ its classifier), or tiny random models with a random classifier. `target`: the
-    family member that is the target ("self_target": the one trained at both grids, for self-drafting)."""
+    family member that is the target ("self_target": the one trained at both grids, for self-drafting).
+    `drafter`: the low-resolution drafter as "<family>:<member>" ("scenes:target" drafts for the 128 px
+    scenes128 target at r = 2, "scenes:drafter" at r = 4); "" = the family's own drafter."""
     from mulosd_core.train.classifier import PatternClassifier
-    fam = data_family(family)
     if kind == "tiny":
+        fam = data_family(family)
         from mulosd_core.testing import tiny_model, tiny_vq
         vq = tiny_vq(1000, 64).to(device)
         mk = lambda grid, seed: tiny_model(grid, seed, vq=vq, dtype=dtype, num_classes=fam.num_classes)
@@ -70,14 +72,23 @@ def load_models(kind: str, device: str = "cpu", dtype: torch.dtype = torch.float
         raise ValueError(f"--models must be 'embedded' or 'tiny', got {kind!r}")
     from mulosd_core.models.registry import embedded_path, load_embedded
     from mulosd_core.train.classifier import load_classifier
+    drafter_family, _, drafter_member = (drafter or f"{family}:drafter").rpartition(":")
+    if not drafter_family or not drafter_member:
+        raise ValueError(f"--drafter: expected <family>:<member> (e.g. scenes:target), got {drafter!r}")
     target_name, target = target, load_embedded(target, dtype=dtype, device=device, family=family)
-    drafter = load_embedded("drafter", dtype=dtype, device=device, vq=target.vq, family=family)
+    fam = data_family(target.family or family)   # scenes128's card names the scenes data
+    try:
+        low = load_embedded(drafter_member, dtype=dtype, device=device, vq=target.vq, family=drafter_family)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{e}. Family {family} may have no drafter of its own: name one with --drafter "
+                                f"<family>:<member> (scenes128: scenes:target for r = 2, scenes:drafter for r = 4)") from None
     sd = load_embedded("sd_drafter", dtype=dtype, device=device, vq=target.vq, family=family)
     clf = load_classifier(embedded_path("classifier", family), device=device)
-    info = {"family": family, "target_member": target_name,
-            "files": {m: _file_info(embedded_path(m, family)) for m in (target_name, "drafter", "sd_drafter", "vq",
-                                                                         "classifier")}}
-    return Models(target, drafter, sd, clf, "embedded", True, fam, info)
+    files = {m: embedded_path(m, family) for m in (target_name, "sd_drafter", "vq", "classifier")}
+    files["drafter"] = embedded_path(drafter_member, drafter_family)
+    info = {"family": family, "target_member": target_name, "drafter": f"{drafter_family}:{drafter_member}",
+            "files": {m: _file_info(p) for m, p in files.items()}}
+    return Models(target, low, sd, clf, "embedded", True, fam, info)
 
 
 def _file_info(path: str) -> dict:

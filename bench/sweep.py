@@ -424,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES),
                     help="embedded family (default scenes)")
+    ap.add_argument("--drafter", default="", help="the low-resolution drafter as <family>:<member> (scenes128's "
+                                                  "target: scenes:target for r = 2, scenes:drafter for r = 4); default "
+                                                  "the family's own")
     ap.add_argument("--tag", default=None, help="default sweep-<models>[-<family>][-quick] (the default family adds nothing)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
@@ -445,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     models = load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family,
-                         target="self_target" if args.self_drafting else "target")
+                         target="self_target" if args.self_drafting else "target", drafter=args.drafter)
     if args.grid_only:
         n_boot_fd = N_BOOT_FD_QUICK if args.quick else N_BOOT_FD
         res_sweep = {"stages": {}, "chosen": None, "kept_preset_value_in": [], "preset_before": None,

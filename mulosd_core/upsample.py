@@ -14,6 +14,7 @@ about 35% to 5%. The rows not yet generated are filled by reflecting the rows th
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, asdict
 from typing import Optional
 
@@ -163,7 +164,7 @@ def learned_net(cfg: UpsamplerConfig, target: ImageARModel, r: int):
     against the pair's ratio and codebook (it only knows the codes it was trained on)."""
     from .models.latent_upsampler import cached_latent_upsampler
 
-    path = cfg.weights or embedded_upsampler(target)
+    path = cfg.weights or embedded_upsampler(target, r)
     net = cached_latent_upsampler(path, target.device)
     if net.config.ratio != r:
         raise ValueError(f"learned upsampler {path} upsamples by r = {net.config.ratio}, but these models need r = {r}")
@@ -175,14 +176,25 @@ def learned_net(cfg: UpsamplerConfig, target: ImageARModel, r: int):
     return net
 
 
-def embedded_upsampler(target: ImageARModel) -> str:
-    """The shipped learned upsampler of the embedded family whose codebook the target uses (the default
-    family's when none matches: `learned_net` then says the codebooks differ)."""
-    from .models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, embedded_path, read_safetensors_meta
+def embedded_upsampler(target: ImageARModel, r: int = 2) -> str:
+    """The shipped learned upsampler for this target and ratio: trained on the target's codebook, by `r`, into
+    the target's grid (a family's grid is its card's image_size / vq_downsample). The default family's when
+    none matches: `learned_net` then says what differs."""
+    import json
+
+    from .models.registry import (DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, embedded_path, family_card,
+                                  read_safetensors_meta)
 
     own = target.codebook_id() if hasattr(target, "codebook_id") else ""
-    for family in EMBEDDED_FAMILIES:
-        path = embedded_path("upsampler", family)
-        if own and read_safetensors_meta(path)[1].get("codebook_id") == own:
-            return path
+    for family, folder in EMBEDDED_FAMILIES.items():
+        card = family_card(folder)[0]
+        if card.get("image_size", 0) // card.get("vq_downsample", 4) != target.grid:
+            continue
+        for name in ("upsampler", "upsampler_r4"):
+            path = os.path.join(folder, f"{name}.safetensors")
+            if not os.path.isfile(path):
+                continue
+            meta = read_safetensors_meta(path)[1]
+            if own and meta.get("codebook_id") == own and json.loads(meta.get("mulosd_config", "{}")).get("ratio") == r:
+                return path
     return embedded_path("upsampler", DEFAULT_EMBEDDED_FAMILY)

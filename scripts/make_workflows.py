@@ -169,7 +169,8 @@ def verifier_widgets(family: str | None, self_drafting: bool = False) -> dict:
 
 def drafting_widgets(family: str | None, self_drafting: bool = False) -> dict:
     d = presets.mulo_defaults(family, self_drafting)
-    return dict(parallel_window=d.parallel_window, rows_per_step=d.rows_per_step, draft_length=presets.SD_DRAFT_LEN)
+    return dict(parallel_window=d.parallel_window, rows_per_step=d.rows_per_step, draft_length=presets.SD_DRAFT_LEN,
+                quality=presets.SHIPPED)
 
 
 VERIFIER, MULO = verifier_widgets("scenes"), drafting_widgets("scenes")   # the embedded graphs' default family
@@ -194,7 +195,7 @@ def beside_ar(g: Graph, target: Node, drafter: Node, up_y: int, verifier: dict, 
               upsampler: str = "pixel") -> Graph:
     """An upsampler (of kind `upsampler`) and a Local Verifier below the loaders at `up_y`, MuLo-SD and AR on the
     same class and seed (batch 4), and the outputs of both."""
-    up = g.add("MuLoSDUpsampler", (0, up_y), kind=upsampler, ratio=0, filter="bicubic")
+    up = g.add("MuLoSDUpsampler", (0, up_y), kind=upsampler, ratio=0, filter="bicubic", draw=False)
     ver = g.add("MuLoSDLocalVerifier", (0, up_y + 180), **verifier)
     common = dict(class_id=class_id, seed=0, **EMBEDDED_SAMPLING)
     mulo = g.add("MuLoSDSampler", (360, 0), drafter=drafter[0], target=target[0], upsampler=up[0], verifier=ver[0],
@@ -214,6 +215,30 @@ def self_drafting() -> Graph:
     # the learned upsampler: the self-drafting defaults were chosen with it (presets.MULO_DEFAULTS["scenes/self"])
     return beside_ar(g, target, drafter, 420, verifier_widgets("scenes", self_drafting=True),
                      drafting_widgets("scenes", self_drafting=True), class_id=5, upsampler="learned")
+
+
+def pyramid_128() -> Graph:
+    """The 128 px scenes member (32 x 32 tokens) drafted at r = 2 by the 64 px target and at r = 4 by the 8 x 8
+    drafter, each through the learned upsampler for its ratio (found by the pair), beside AR on the same class and
+    seed (docs/DESIGN.md section 3.8)."""
+    g = Graph("mulosd_pyramid_128", "The resolution pyramid of the scenes family: its 128 px target (32 x 32 tokens) "
+                                    "drafted by the 64 px target (r = 2) and by the 32 px drafter (r = 4), beside AR. "
+                                    "The upsamplers are learned, one per ratio, picked by the pair.")
+    target = g.add("MuLoSDLoadTarget", (0, 0), model_name="embedded/scenes128/target.safetensors", vq_name="auto", **LOADER)
+    common = dict(class_id=6, seed=0, **EMBEDDED_SAMPLING, **MULO, batch_size=1)
+    for row, (r, name) in enumerate(((2, "target"), (4, "drafter"))):
+        y = 260 + row * 620
+        d = g.add("MuLoSDLoadDrafter", (0, y), f"drafter: r = {r}", model_name=f"embedded/{name}.safetensors",
+                  vq_name="auto", **LOADER)
+        up = g.add("MuLoSDUpsampler", (0, y + 260), f"upsampler: r = {r}", kind="learned", ratio=r, filter="bicubic", draw=False)
+        ver = g.add("MuLoSDLocalVerifier", (360, y), f"verifier: r = {r}", **VERIFIER)
+        s = g.add("MuLoSDSampler", (720, y), f"MuLo-SD: r = {r}", drafter=d[0], target=target[0], upsampler=up[0],
+                  verifier=ver[0], **common)
+        outputs(g, s, 1080, y, f"r{r}")
+    ar = g.add("MuLoSDARSampler", (720, 1500), target=target[0], class_id=6, seed=0, **EMBEDDED_SAMPLING, batch_size=1,
+               mode="ar", zipar_window=8, sjd_window=16)
+    outputs(g, ar, 1080, 1500, "ar", maps=False)
+    return g
 
 
 def ablation() -> Graph:
@@ -242,7 +267,7 @@ def llamagen(name: str, note: str, drafter: tuple, target: tuple, vq: str, sampl
               weights="auto")
     d = g.add("MuLoSDLoadDrafter", (0, 260), model_name=drafter[0], vq_name=vq, image_size=drafter[1], device="auto", dtype="bfloat16",
               weights="auto")
-    up = g.add("MuLoSDUpsampler", (0, 520), kind="pixel", ratio=2, filter="bicubic")
+    up = g.add("MuLoSDUpsampler", (0, 520), kind="pixel", ratio=2, filter="bicubic", draw=False)
     ver = g.add("MuLoSDLocalVerifier", (0, 700), **PAPER_VERIFIER)
     common = dict(class_id=class_id, seed=0, **sampling)
     if prompt is not None:
@@ -284,6 +309,7 @@ def graphs() -> list[Graph]:
         embedded_vs_ar(),
         ablation(),
         self_drafting(),
+        pyramid_128(),
         llamagen("llamagen_t2i_256_to_512", "LlamaGen t2i XL: the 256 px stage-1 model drafts for the 512 px stage-2 model "
                  "(r = 2) over vq_ds16_t2i.pt, all three in ComfyUI/models/mulosd. The prompt is encoded by FLAN-T5-XL "
                  "(the google/flan-t5-xl folder in ComfyUI/models/text_encoders/flan-t5-xl), which waits on the CPU "

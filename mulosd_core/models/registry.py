@@ -218,12 +218,16 @@ def describe(path: str) -> dict:
 
 EMBEDDED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models", "embedded")
 # The shipped families: the default one (scenes) at the top of models/embedded, the others in sub-folders.
-EMBEDDED_FAMILIES = {"scenes": EMBEDDED_DIR, "patterns": os.path.join(EMBEDDED_DIR, "patterns")}
+# scenes128 is the scenes family's 128 px member (a 32 x 32 target with the same VQ and classifier, and the
+# upsamplers from the 64 px target, r = 2, and from the 8 x 8 drafter, r = 4): docs/DESIGN.md section 3.8.
+EMBEDDED_FAMILIES = {"scenes": EMBEDDED_DIR, "patterns": os.path.join(EMBEDDED_DIR, "patterns"),
+                     "scenes128": os.path.join(EMBEDDED_DIR, "scenes128")}
 DEFAULT_EMBEDDED_FAMILY = "scenes"
 EMBEDDED_MEMBERS = {"target": "target.safetensors", "drafter": "drafter.safetensors",
                     "self_target": "self_target.safetensors",   # scenes only: trained at its grid and at half
                     "sd_drafter": "sd_drafter.safetensors", "vq": "vq.safetensors",
-                    "upsampler": "upsampler.safetensors", "classifier": "classifier.safetensors"}
+                    "upsampler": "upsampler.safetensors", "classifier": "classifier.safetensors",
+                    "upsampler_r4": "upsampler_r4.safetensors"}   # scenes128 only: from the 8 x 8 drafter
 
 
 def embedded_dir(family: str = DEFAULT_EMBEDDED_FAMILY) -> str:

@@ -110,6 +110,17 @@ def token_statistics(target, drafter, classifier, tokens: torch.Tensor, labels: 
     }
 
 
+def low_drafter_path(models: str, card: dict) -> str:
+    """The family's drafter at half the target's grid: its own, or (a member built on a base family, such as
+    the 128 px scenes member) the base family's target, which drafts for it at r = 2."""
+    own = os.path.join(models, "drafter.safetensors")
+    if os.path.exists(own) or not card.get("base"):
+        return own
+    base = card["base"] if os.path.isabs(card["base"]) else os.path.join(os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))), card["base"])
+    return os.path.join(base, "target.safetensors")
+
+
 def evaluate(models: str, samples: int, device: str = "cpu", command: str = "") -> dict:
     """Metrics of the family in folder `models`. Its card (registry.family_card) names the data family and the
     sampling, which the target loads with (ar.model_sampling), as in the loaders and the benchmark."""
@@ -121,7 +132,7 @@ def evaluate(models: str, samples: int, device: str = "cpu", command: str = "") 
     fam = data_family(card["data_family"])
     t0 = time.perf_counter()
     target = load_model(os.path.join(models, "target.safetensors"), os.path.join(models, "vq.safetensors"), device=device)
-    drafter = load_model(os.path.join(models, "drafter.safetensors"), "", device=device, vq=target.vq)
+    drafter = load_model(low_drafter_path(models, card), "", device=device, vq=target.vq)
     sd = load_model(os.path.join(models, "sd_drafter.safetensors"), "", device=device, vq=target.vq)
     classifier = load_classifier(os.path.join(models, "classifier.safetensors"), device=device).eval()
     load_seconds = time.perf_counter() - t0

@@ -162,9 +162,12 @@ SCENES_PRESETS = {
     # 2.3 s a step on one core.
     "cpu-128": Preset("cpu-128", data="scenes", vq=_SCENES_VQ, base="models/embedded", image_size=128, pool=12000,
                       pool_scales=(2, 4), sampling=SCENES_SAMPLING, second_lane=(), gpts=[
-                          GPTStage("target", grid=32, dim=128, n_layer=8, n_head=4, steps=1600, batch=8)],
-                      upsamplers=(UpsamplerStage("upsampler", drafter="base:target", steps=800),
-                                  UpsamplerStage("upsampler_r4", drafter="base:drafter", low="low4", steps=800))),
+                          GPTStage("target", grid=32, dim=128, n_layer=8, n_head=4, steps=1600, batch=8),
+                          # same-resolution drafter for SD and LANTERN at 128 px
+                          GPTStage("sd_drafter", grid=32, dim=64, n_layer=2, n_head=2, steps=600, batch=8)],
+                      upsamplers=(UpsamplerStage("upsampler", drafter="base:target", steps=400, match_images=200),
+                                  UpsamplerStage("upsampler_r4", drafter="base:drafter", low="low4", steps=400,
+                                                 match_images=200))),
     "gpu": Preset("gpu", data="scenes", vq=_SCENES_VQ, vq_steps=6000, vq_batch=64, pool=100000, sampling=SCENES_SAMPLING,
                   classifier_noise=0.06, gpts=[
                       GPTStage("target", grid=16, dim=192, n_layer=8, n_head=6, steps=8000, batch=64),
@@ -590,7 +593,7 @@ def train_family(preset: str, out: str, work: str, device: str, stages: list[str
         "vq_downsample": p.vq.downsample, "gpt_data_variation": p.family.gpt_variation, "sampling": p.sampling,
         "members": {"vq": "vq.safetensors", "classifier": "classifier.safetensors",
                     **{s.name: f"{s.name}.safetensors" for s in [*p.gpts, *p.upsamplers]}},
-        "reproduce": reproduce_command()}, indent=2))
+        **({"base": p.base} if p.base else {}), "reproduce": reproduce_command()}, indent=2))
     log.info("family trained in %.0fs", time.perf_counter() - t0)
 
 

@@ -36,6 +36,7 @@ class UpsamplerStage:
     steps: int = 3000
     batch: int = 64
     lr: float = 3e-3
+    match_images: int = HELD_OUT   # held-out pairs the card's token match is measured on (the pixel route is slow at 128 px)
 
 
 @torch.no_grad()
@@ -81,7 +82,8 @@ def train_upsampler(stage: UpsamplerStage, target: LlamaGenModel, drafter: Llama
             save_resume(work, stage.name, net, opt, step + 1, {})
     net.eval()
     net.codebook_id = codebook_id = target.codebook_id()
-    metrics = token_match(target, drafter, net, low[n_train:].to(device), full[n_train:].to(device))
+    held = slice(n_train, n_train + stage.match_images)
+    metrics = token_match(target, drafter, net, low[held].to(device), full[held].to(device))
     log.info("[%s] held-out token match: learned %.3f, pixel %.3f, nearest %.3f", stage.name, metrics["learned_token_match"],
              metrics["pixel_token_match"], metrics["nearest_token_match"])
     save_latent_upsampler(net, str(out / f"{stage.name}.safetensors"))

@@ -1,0 +1,117 @@
+"""Resolution scaling: MuLo-SD's speed-up over AR and its target calls per image on the scenes pyramid
+(docs/DESIGN.md section 3.8), 64 px at r = 2, 128 px at r = 2 and 128 px at r = 4, each MuLo-SD preset of
+the family beside AR, and every baseline at 128 px.
+
+    python -m bench.scaling [--samples 400] [--batch 1] [--threads 1] [--pairs 64-r2 128-r2 128-r4]
+
+Each pair is one `bench.compare` run (its own AR, methods rotated per batch, ratios inside that run) written
+as <out>/scaling-<pair>.json; a pair whose file exists from the same settings is read back instead of run
+again, so an interrupted run resumes pair by pair. The summary (scaling-embedded-scenes.json, .md, .png)
+puts the pairs side by side. The MuLo-SD rows are the family's named presets (presets.MULO_DEFAULTS): at
+128 px they are the 64 px sweep's choices, not a sweep on that pair, and the summary says so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from mulosd_core import presets as P
+
+from . import compare
+from . import measures as Q
+from .plots import stacked_bars
+
+BASELINES = ("zipar", "sjd", "gsd", "sd", "lantern")
+MULO = tuple(P.method_name(t) for t in (P.LOSSLESS, P.INDISTINGUISHABLE, P.FASTEST))
+# pair -> (family, drafter as <family>:<member>, methods)
+PAIRS = {
+    "64-r2": ("scenes", "", ("ar", *MULO)),
+    "128-r2": ("scenes128", "scenes:target", ("ar", *MULO, *BASELINES)),
+    "128-r4": ("scenes128", "scenes:drafter", ("ar", *MULO)),
+}
+
+
+def compare_argv(pair: str, samples: int, batch: int, threads: int, out: str) -> list[str]:
+    family, drafter, methods = PAIRS[pair]
+    argv = ["--family", family, "--samples", str(samples), "--batch", str(batch), "--threads", str(threads),
+            "--methods", *methods, "--no-controls", "--no-plots", "--no-progress", "--tag", f"scaling-{pair}",
+            "--out", out]
+    return argv + (["--drafter", drafter] if drafter else [])
+
+
+def _done(path: str, argv: list[str]) -> dict | None:
+    """The pair's results when they exist from the same command."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        res = json.load(f)
+    return res if res.get("command") == "python -m bench.compare " + " ".join(argv) else None
+
+
+def summary_rows(pair: str, res: dict) -> list[dict]:
+    info = res["settings"]["model_info"]
+    out = []
+    for name, row in res["methods"].items():
+        if name == "ar":
+            continue
+        tier = (row.get("tier") or {}).get("tier") if res["samples"] >= Q.TIER_MIN_SAMPLES else None
+        out.append({"pair": pair, "method": name, "image_size": res["settings"]["image_size"],
+                    "r": info["target"]["grid"] // info["drafter"]["grid"] if name.startswith("mulo") else None,
+                    "speedup": row["wall_ratio_vs_ar"], "speedup_ci": row.get("wall_ratio_ci"),
+                    "target_calls": row["target_calls"], "ar_target_calls": res["methods"]["ar"]["target_calls"],
+                    "acceptance": row.get("acceptance_rate"), "tier": tier,
+                    "c2st_ar": ((row.get("measures") or {}).get("c2st_ar") or {}).get("max")})
+    return out
+
+
+def markdown(rows: list[dict], samples: int, batch: int) -> str:
+    lines = ["# Resolution scaling on the scenes pyramid", "",
+             "`python -m bench.scaling` on one CPU thread; every ratio is to AR in the same pair's run "
+             f"({samples} images per method, batch {batch}). Tiers need {Q.TIER_MIN_SAMPLES} images; below that "
+             "none is given. The 128 px MuLo-SD rows use the scenes family's presets, chosen by the sweep at 64 px.",
+             "", "![scaling](scaling-embedded-scenes.png)", "",
+             "| pair | method | r | speed-up | target calls / image (AR) | acceptance | C2ST vs AR | tier |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
+        c2 = "-" if r["c2st_ar"] is None else f"{r['c2st_ar']:.3f}"
+        lines.append(f"| {r['pair']} | {r['method']} | {r['r'] or '-'} | {r['speedup']:.2f}x | {r['target_calls']:.0f} "
+                     f"({r['ar_target_calls']:.0f}) | {acc} | {c2} | {r['tier'] or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=compare.SAMPLES)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+    rows = []
+    for pair in args.pairs:
+        cargv = compare_argv(pair, args.samples, args.batch, args.threads, args.out)
+        path = os.path.join(args.out, f"scaling-{pair}.json")
+        res = _done(path, cargv)
+        if res is None:
+            print(f"[scaling] {pair}: python -m bench.compare {' '.join(cargv)}", flush=True)
+            if compare.main(cargv) != 0:
+                print(f"[scaling] {pair}: the run's consistency checks failed (see above)", file=sys.stderr)
+            res = _done(path, cargv)
+        rows += summary_rows(pair, res)
+    base = os.path.join(args.out, "scaling-embedded-scenes")
+    with open(base + ".json", "w", encoding="utf-8") as f:
+        json.dump({"command": "python -m bench.scaling " + " ".join(sys.argv[1:] if argv is None else argv),
+                   "pairs": {p: PAIRS[p][:2] for p in args.pairs}, "rows": rows}, f, indent=1)
+    with open(base + ".md", "w", encoding="utf-8") as f:
+        f.write(markdown(rows, args.samples, args.batch))
+    stacked_bars([(f"{r['pair']} {r['method']}", {"speed-up over AR": r["speedup"]}) for r in rows],
+                 ["speed-up over AR"], "Speed-up over AR per pair (same-run ratios)", base + ".png", unit="x")
+    print(markdown(rows, args.samples, args.batch))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
