@@ -23,11 +23,11 @@ NODES = {
     "MuLoSDTextPrompt": ["text_encoder", "prompt"],
     "MuLoSDLoadJanus": ["model_name", "device", "dtype", "weights"],
     "MuLoSDJanusPrompt": ["prompt"],
-    "MuLoSDUpsampler": ["kind", "ratio", "filter"],
+    "MuLoSDUpsampler": ["kind", "ratio", "filter", "draw"],
     "MuLoSDLocalVerifier": ["rule", "tau", "k_neighbours", "expansion_radius", "rejection", "resampling", "lantern_delta",
                             "recheck", "recheck_scope"],
     "MuLoSDSampler": ["drafter", "target", "class_id", "seed", "cfg", "temperature", "top_k", "top_p", "parallel_window",
-                      "rows_per_step", "draft_length", "batch_size", "upsampler", "verifier", "conditioning"],
+                      "rows_per_step", "draft_length", "batch_size", "quality", "upsampler", "verifier", "conditioning"],
     "MuLoSDARSampler": ["target", "class_id", "seed", "cfg", "temperature", "top_k", "top_p", "batch_size", "mode",
                         "zipar_window", "sjd_window", "conditioning"],
 }
@@ -41,10 +41,13 @@ def object_info(comfy_server):
     return comfy_server.object_info()
 
 
-def embedded_image_size() -> int:
+def embedded_image_size(prompt: dict | None = None) -> int:
+    """The image size of the workflow's target: the embedded scenes target's, or the 128 px member's."""
     from mulosd_core.models.registry import embedded_path, stored_image_size
 
-    return stored_image_size(embedded_path("target"))  # FileNotFoundError (a failure) without the weights
+    targets = [n["inputs"]["model_name"] for n in (prompt or {}).values() if n["class_type"] == "MuLoSDLoadTarget"]
+    family = "scenes128" if any("scenes128/" in t for t in targets) else "scenes"
+    return stored_image_size(embedded_path("target", family))  # FileNotFoundError (a failure) without the weights
 
 
 def consumers(prompt: dict, node_id: str, slot: int) -> list[tuple[str, dict]]:
@@ -95,8 +98,8 @@ def test_embedded_workflows_are_runnable_here():
 # ------------------------------------------------------------------------------ runs
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_shipped_workflow_runs(comfy_server, name):
-    size = embedded_image_size()
     prompt = API[name]
+    size = embedded_image_size(prompt)
     # Run it for real: the browser test may have run the same graph, whose outputs ComfyUI would reuse.
     comfy_server.post("/free", json={"free_memory": True}).raise_for_status()
     time.sleep(1.5)  # the prompt worker drops its output cache when it wakes up to the flag
