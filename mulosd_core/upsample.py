@@ -14,6 +14,7 @@ about 35% to 5%. The rows not yet generated are filled by reflecting the rows th
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, asdict
 from typing import Optional
@@ -180,21 +181,29 @@ def embedded_upsampler(target: ImageARModel, r: int = 2) -> str:
     """The shipped learned upsampler for this target and ratio: trained on the target's codebook, by `r`, into
     the target's grid (a family's grid is its card's image_size / vq_downsample). The default family's when
     none matches: `learned_net` then says what differs."""
+    own = target.codebook_id() if hasattr(target, "codebook_id") else ""
+    return _shipped_upsampler(own, target.grid, r)
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_upsampler(codebook_id: str, grid: int, r: int) -> str:
+    """embedded_upsampler's search over the shipped files, once per (codebook, grid, ratio): learned_net asks
+    on every drafting step, and the shipped folders do not change while the pack runs."""
     import json
 
-    from .models.registry import (DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, embedded_path, family_card,
-                                  read_safetensors_meta)
+    from .models.registry import (DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, EMBEDDED_MEMBERS, embedded_path,
+                                  family_card, read_safetensors_meta)
 
-    own = target.codebook_id() if hasattr(target, "codebook_id") else ""
-    for family, folder in EMBEDDED_FAMILIES.items():
+    for folder in EMBEDDED_FAMILIES.values():
         card = family_card(folder)[0]
-        if card.get("image_size", 0) // card.get("vq_downsample", 4) != target.grid:
+        if card.get("image_size", 0) // card.get("vq_downsample", 4) != grid:
             continue
-        for name in ("upsampler", "upsampler_r4"):
-            path = os.path.join(folder, f"{name}.safetensors")
+        for member in (m for m in EMBEDDED_MEMBERS if m.startswith("upsampler")):
+            path = os.path.join(folder, EMBEDDED_MEMBERS[member])
             if not os.path.isfile(path):
                 continue
             meta = read_safetensors_meta(path)[1]
-            if own and meta.get("codebook_id") == own and json.loads(meta.get("mulosd_config", "{}")).get("ratio") == r:
+            if codebook_id and meta.get("codebook_id") == codebook_id \
+                    and json.loads(meta.get("mulosd_config", "{}")).get("ratio") == r:
                 return path
     return embedded_path("upsampler", DEFAULT_EMBEDDED_FAMILY)

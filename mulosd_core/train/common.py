@@ -19,6 +19,13 @@ import torch
 log = logging.getLogger("mulosd.train")
 
 DATA_SEED = 1234
+PACK_ROOT = Path(__file__).resolve().parents[2]
+
+
+def base_folder(base: str) -> Path:
+    """A preset's base family folder (a family card's "base"), relative to the pack's root unless absolute."""
+    path = Path(base)
+    return path if path.is_absolute() else PACK_ROOT / path
 COMMAND_ENV = "MULOSD_TRAIN_COMMAND"
 
 

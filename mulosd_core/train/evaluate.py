@@ -29,6 +29,7 @@ from ..models.llamagen import self_drafter
 from ..models.registry import family_card, load_model
 from ..sampling import SamplingConfig, cfg_combine, process_logits
 from .classifier import load_classifier
+from .common import base_folder
 from .family import vq_psnr
 from .token_stats import distribution_figures, half_size, prefix_acceptance, raw_next_token_probs, swap_tokens
 
@@ -116,9 +117,7 @@ def low_drafter_path(models: str, card: dict) -> str:
     own = os.path.join(models, "drafter.safetensors")
     if os.path.exists(own) or not card.get("base"):
         return own
-    base = card["base"] if os.path.isabs(card["base"]) else os.path.join(os.path.dirname(os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__)))), card["base"])
-    return os.path.join(base, "target.safetensors")
+    return str(base_folder(card["base"]) / "target.safetensors")
 
 
 def evaluate(models: str, samples: int, device: str = "cpu", command: str = "") -> dict:

@@ -31,8 +31,8 @@ from ..models.checkpoints import save_safetensors
 from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from ..models.llamagen_vq import VQConfig, VQModel
 from ..models.registry import SELF_DRAFT_META_KEY
-from .common import (COMMAND_ENV, DATA_SEED, Progress, cosine_lr, load_resume, reproduce_command, save_resume,
-                     write_card)
+from .common import (COMMAND_ENV, DATA_SEED, PACK_ROOT, Progress, base_folder, cosine_lr, load_resume, reproduce_command,
+                     save_resume, write_card)
 from .parallel_context import parallel_logits
 from .upsampler import UpsamplerStage, train_upsampler
 
@@ -157,7 +157,7 @@ SCENES_PRESETS = {
                                low_share=0.5, low_batch=80, low_layers=5, pool=48000, parallel_share=0.5)],
                   upsamplers=(UpsamplerStage(steps=1000),)),
     # The 128 px member (32 x 32 tokens) of the shipped scenes family: same VQ and classifier, drafted by the
-    # shipped target at r = 2 and by the shipped drafter at r = 4 (docs/DESIGN.md section 3.4). The target is
+    # shipped target at r = 2 and by the shipped drafter at r = 4 (docs/DESIGN.md section 3.8). The target is
     # the 16 x 16 one's architecture; a step of 8 images feeds it twice the tokens of that one's 16, at about
     # 2.3 s a step on one core.
     "cpu-128": Preset("cpu-128", data="scenes", vq=_SCENES_VQ, base="models/embedded", image_size=128, pool=12000,
@@ -459,11 +459,6 @@ def stage_names(p: Preset) -> list[str]:
     return ["classifier"] + [s.name for s in p.gpts] + [u.name for u in p.upsamplers]
 
 
-def _base_folder(p: Preset) -> Path:
-    base = Path(p.base)
-    return base if base.is_absolute() else Path(__file__).resolve().parents[2] / base
-
-
 def copy_base_members(p: Preset, out: Path) -> None:
     """A preset with a base family takes its VQ and classifier as they are: same tokenizer, same judge."""
     import shutil
@@ -472,7 +467,7 @@ def copy_base_members(p: Preset, out: Path) -> None:
         if _done(out, name):
             continue
         for ext in ("safetensors", "json"):
-            src = _base_folder(p) / f"{name}.{ext}"
+            src = base_folder(p.base) / f"{name}.{ext}"
             if not src.is_file():
                 raise FileNotFoundError(f"preset {p.name}: its base family {p.base} has no {src.name}; train that "
                                         f"family first (its card's `reproduce` command)")
@@ -483,7 +478,7 @@ def copy_base_members(p: Preset, out: Path) -> None:
 def _start_second_lane(family: str, preset: str, names: list[str], out: Path, work: Path, device: str,
                        threads: int) -> subprocess.Popen:
     """The same command for `names` only, in a child process that logs to the same terminal."""
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(PACK_ROOT)
     env = {**os.environ, COMMAND_ENV: reproduce_command(),
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "mulosd_core.train.family", "--family", family, "--preset", preset, "--out", str(out), "--work", str(work),
@@ -515,13 +510,14 @@ def _train_members(names: list[str], p: Preset, vq: VQModel, out: Path, work: Pa
             stage_pool = {**pool, **extended_low_pool(vq, p, pool, stage.pool, work, device)}
         train_gpt(stage, p, stage_pool, out, work, device)
         log.info("%s ready after %.0fs", stage.name, time.perf_counter() - t0)
+    from ..models.registry import load_model
+
     for up in p.upsamplers:
         if up.name not in names or _done(out, up.name):
             continue
-        from ..models.registry import load_model
-
         pool = pool or token_pool(vq, p, work, device)
-        drafter = (_base_folder(p) / up.drafter[5:] if up.drafter.startswith("base:") else out / up.drafter)
+        drafter = (base_folder(p.base) / up.drafter.removeprefix("base:") if up.drafter.startswith("base:")
+                   else out / up.drafter)
         pair = [load_model(str(path.with_suffix(".safetensors")), "", device=device, vq=vq)
                 for path in (out / "target", drafter)]
         train_upsampler(up, *pair, pool, out, work, device)
