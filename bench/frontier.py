@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 
 from PIL import Image, ImageDraw
 
+from mulosd_core import presets as P
+
 from . import measures as Q
 from .plots import PALETTE, _font, _fmt, _ticks
 
@@ -52,6 +54,9 @@ def method_of(label: str, config: dict | None) -> str:
         if m == "speculative":
             return {"exact": "sd", "lantern": "lantern"}.get(rule, "mulo") if not label.startswith("mulo") else "mulo"
         return m or "mulo"
+    head = label.split(":")[0]
+    if head in P.BASELINES:          # bench.sweep --baselines-only: "<method>: <knobs>"
+        return head
     return "lantern" if label.startswith("delta=") else "mulo"
 
 

@@ -23,12 +23,11 @@ from . import compare
 from . import measures as Q
 from .plots import stacked_bars
 
-BASELINES = ("zipar", "sjd", "gsd", "sd", "lantern")
 MULO = tuple(P.method_name(t) for t in (P.LOSSLESS, P.INDISTINGUISHABLE, P.FASTEST))
 # pair -> (family, drafter as <family>:<member>, methods)
 PAIRS = {
     "64-r2": ("scenes", "", ("ar", *MULO)),
-    "128-r2": ("scenes128", "scenes:target", ("ar", *MULO, *BASELINES)),
+    "128-r2": ("scenes128", "scenes:target", ("ar", *MULO, *P.BASELINES)),
     "128-r4": ("scenes128", "scenes:drafter", ("ar", *MULO)),
 }
 

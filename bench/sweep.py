@@ -2,6 +2,7 @@
 
     python -m bench.sweep [--samples N] [--quick] [--models embedded|tiny] [--device cpu]
                           [--grid-experiment] [--out bench/results] [--threads T]
+    python -m bench.sweep --baselines-only [--samples N] [--final-samples 400] [--threads T]
 
 Stages, each one process-internal run of `bench.methods.run_methods` with its own AR runs on the
 same classes and seeds (sample i: class i % the number of classes, seed i; methods interleaved per sample):
@@ -16,6 +17,11 @@ same classes and seeds (sample i: class i % the number of classes, seed i; metho
                  token grids (drafter at half). The embedded models are trained at ONE grid; the
                  2D RoPE lets them run at others but their quality there is unknown and likely poor:
                  rows at non-native grids are labelled "untrained grid" and are not a quality claim.
+
+--baselines-only runs the baselines instead, each over its own knobs (BASELINE_GRID: ZipAR's window, SJD's
+and GSD's Jacobi window, GSD's rank window, SD's draft length, LANTERN's delta and draft length): all settings
+screened in one stage, then the BASELINE_FINAL_TOP fastest survivors of each method at the final samples,
+each with its tier, and a table of each method's fastest setting per tier (tag baselines-<models>).
 
 Selection rule: the quality tiers of bench.measures (TIER_RULE), never the classifier's accuracy or FD
 (they cannot see a drafter's smooth image). Stages 1-5 screen at `--samples` images per setting
@@ -143,6 +149,28 @@ def run_stage(name: str, models: Models, settings: dict[str, tuple[dict, MethodC
             "indistinguishable": ind["label"] if ind else None}
 
 
+def journaled(journal: str | None, run):
+    """`run(name, settings, n, real, final=False)` behind a journal: a stage whose labels and sample count
+    match the journal's record of it is read back, every finished stage is written to it (an interrupted
+    sweep resumes where it stopped)."""
+    done = json.load(open(journal)) if journal and os.path.exists(journal) else {}
+
+    def staged(name: str, settings: dict, n: int, real_n, final: bool = False) -> dict:
+        old = done.get(name)
+        if old and old.get("samples") == n and [r["label"] for r in old["rows"]] == list(settings):
+            log.info("sweep: stage %s from the journal %s", name, journal)
+            return old
+        t0 = time.perf_counter()
+        s = run(name, settings, n, real_n, final=final)
+        s["seconds"], s["samples"] = time.perf_counter() - t0, n
+        if journal:
+            done[name] = jsonable(s)
+            with open(journal, "w") as fh:
+                json.dump(done, fh)
+        return s
+    return staged
+
+
 def _preset_settings(family: str | None, upsampler: str = "pixel", recheck: int | None = None,
                      recheck_scope: str | None = None, self_drafting: bool = False) -> dict:
     """MuLo-SD's swept settings as the presets ship them for `family` now (presets.mulo_defaults); the
@@ -170,6 +198,72 @@ def _mulo_at(cur: dict, **over) -> MethodConfig:
 def _lantern(delta: float) -> MethodConfig:
     return MethodConfig(verifier=VerifierConfig(rule="lantern", rejection="raster", lantern_delta=delta,
                                                 lantern_k=P.LANTERN_K), draft_len=4)
+
+
+# --baselines-only: every target-side and same-resolution baseline over its own knobs (ZipAR's window, SJD's and
+# GSD's Jacobi window, GSD's rank window, SD's draft length, LANTERN's delta and draft length), the shipped
+# settings (presets.ZIPAR_WINDOW, SJD_WINDOW, SD_DRAFT_LEN, LANTERN_DELTA, verify.GSD_RANK_WINDOW) among them.
+BASELINE_GRID = {
+    "zipar": [dict(window=w) for w in (2, 4, 6, 8, 12)],
+    "sjd": [dict(window=w) for w in (4, 8, 16, 32)],
+    "gsd": [dict(window=w, rank=7) for w in (8, 16, 32)] + [dict(window=16, rank=r) for r in (3, 15)],
+    "sd": [dict(draft_len=n) for n in (2, 4, 8)],
+    "lantern": [dict(delta=d, draft_len=4) for d in (0.02, 0.05, 0.1, 0.2)] + [dict(delta=0.05, draft_len=n) for n in (2, 8)],
+}
+QUICK_BASELINES = {m: over[:2] for m, over in BASELINE_GRID.items()}
+BASELINE_FINAL_TOP = 3   # finalists per baseline: its fastest screen survivors
+
+
+def baseline_config(method: str, c: dict) -> tuple[MethodConfig, str | None]:
+    """A baseline at settings `c` (a BASELINE_GRID entry) and the drafter it needs (None: target only)."""
+    if method == "zipar":
+        return MethodConfig(method="zipar", zipar_window=c["window"]), None
+    if method == "sjd":
+        return MethodConfig(method="sjd", sjd_window=c["window"]), None
+    if method == "gsd":
+        return MethodConfig(method="sjd", sjd_window=c["window"],
+                            verifier=VerifierConfig(rule="gsd", gsd_rank_window=c["rank"])), None
+    if method == "sd":
+        return MethodConfig(verifier=VerifierConfig(rule="exact", rejection="raster"), draft_len=c["draft_len"]), "same"
+    if method == "lantern":
+        return replace(_lantern(c["delta"]), draft_len=c["draft_len"]), "same"
+    raise ValueError(f"baseline: unknown method {method!r}; expected one of {sorted(BASELINE_GRID)}")
+
+
+def baseline_label(method: str, c: dict) -> str:
+    return f"{method}: " + " ".join(f"{k}={v}" for k, v in c.items())
+
+
+def baselines(models: Models, samples: int, final_samples: int = FINAL_SAMPLES, final_top: int = BASELINE_FINAL_TOP,
+              batch: int = 1, warmup: int = 1, progress: bool = True, quick: bool = False,
+              journal: str | None = None) -> dict:
+    """Every baseline over its own knobs: one screening stage of all settings at `samples` (one AR), then the
+    `final_top` fastest survivors of each method at `final_samples` against their own AR, each given its tier.
+    Returns the sweep's result shape with "baselines": method -> tier -> its fastest finalist (or None)."""
+    grid = QUICK_BASELINES if quick else BASELINE_GRID
+    n_boot_fd = N_BOOT_FD_QUICK if quick else N_BOOT_FD
+    staged = journaled(journal, lambda name, settings, n, real_n, final=False: run_stage(
+        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final))
+    settings = {}
+    for method, over in grid.items():
+        for c in over:
+            cfg, kind = baseline_config(method, c)
+            settings[baseline_label(method, c)] = ({"method": method, **c}, cfg, kind)
+    stages = {"baselines": staged("baselines", settings, samples, real_features(models, samples))}
+    finalists = {}
+    for method in grid:
+        ok = [r for r in stages["baselines"]["rows"] if r["params"]["method"] == method and r["qualifies"]]
+        ok.sort(key=lambda r: -(r["wall_ratio_vs_ar"] or 0.0))
+        finalists.update({r["label"]: settings[r["label"]] for r in ok[:final_top]})
+    n = max(final_samples, samples)
+    if finalists:
+        stages["final"] = staged("final", finalists, n, real_features(models, n), final=True)
+    rows = (stages.get("final") or {}).get("rows", [])
+    fastest = {m: {t: (lambda r: r and {"label": r["label"], "speed_up": r["wall_ratio_vs_ar"]})(
+        choose([r for r in rows if r["params"]["method"] == m], t)) for t in (Q.INDISTINGUISHABLE, Q.AS_GOOD)}
+        for m in grid}
+    return {"stages": stages, "chosen": None, "kept_preset_value_in": [], "preset_before": None,
+            "grid_experiment": None, "baselines": fastest}
 
 
 def _at_grid(model: LlamaGenModel, grid: int, name: str) -> LlamaGenModel:
@@ -245,22 +339,8 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     cur = dict(before)
     kept: list[str] = []
     candidates: dict[str, dict] = {}     # label -> full settings, speed-up: every setting that survived a screen
-    done = json.load(open(journal)) if journal and os.path.exists(journal) else {}
-
-    def staged(name: str, settings: dict, n: int, real_n, final: bool = False) -> dict:
-        """run_stage, or the journal's record of the same stage (same labels, same samples)."""
-        old = done.get(name)
-        if old and old.get("samples") == n and [r["label"] for r in old["rows"]] == list(settings):
-            log.info("sweep: stage %s from the journal %s", name, journal)
-            return old
-        t0 = time.perf_counter()
-        s = run_stage(name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final)
-        s["seconds"], s["samples"] = time.perf_counter() - t0, n
-        if journal:
-            done[name] = jsonable(s)
-            with open(journal, "w") as fh:
-                json.dump(done, fh)
-        return s
+    staged = journaled(journal, lambda name, settings, n, real_n, final=False: run_stage(
+        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final))
 
     def stage(name: str, over: list[dict]) -> None:
         settings = {}
@@ -356,8 +436,15 @@ def markdown(res: dict) -> str:
                        f"{f(g['mulo_islands']['wall_ratio_vs_ar'], '{:.2f}')}x | {f(g['mulo_islands']['accuracy'], '{:.3f}')} | "
                        f"{f(g['ar']['accuracy'], '{:.3f}')} | {f(g['mulo_islands']['target_calls'], '{:.1f}')} |")
         out.append("")
+    if res["sweep"].get("baselines"):
+        out += ["## Fastest setting per baseline and tier (final stage)", "",
+                f"| method | {Q.INDISTINGUISHABLE} | {Q.AS_GOOD} |", "|---|---|---|"]
+        cell = lambda v: f"{v['speed_up']:.2f}x `{v['label']}`" if v else "none in this tier"
+        for m, t in res["sweep"]["baselines"].items():
+            out.append(f"| {m} | {cell(t[Q.INDISTINGUISHABLE])} | {cell(t[Q.AS_GOOD])} |")
+        out.append("")
     ch = res["sweep"]["chosen"]
-    if ch is None:          # --grid-only: nothing was chosen
+    if ch is None:          # --grid-only, --baselines-only: nothing was chosen
         return "\n".join(out) + "\n"
     out += ["## Tiers", "", "| tier | fastest MuLo-SD setting | speed-up vs AR | beats AR |", "|---|---|---|---|"]
     for t, v in (res["sweep"].get("tiers") or {}).items():
@@ -412,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the grid-size experiment, at the preset defaults (tag grid-<models>)")
     ap.add_argument("--recheck-only", action="store_true",
                     help="only recheck rounds 0/1/4/16 at the preset defaults (tag recheck-<models>)")
+    ap.add_argument("--baselines-only", action="store_true",
+                    help="only the baselines, each over its own knobs (BASELINE_GRID; tag baselines-<models>)")
     ap.add_argument("--recheck", type=int, default=None,
                     help="recheck rounds of every MuLo-SD setting of the sweep (default: the preset's)")
     ap.add_argument("--recheck-scope", default=None, choices=RECHECK_SCOPES,
@@ -420,7 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--final-samples", type=int, default=FINAL_SAMPLES,
                     help="samples per candidate in the final stage (the tier verdict; a pass needs "
                          f"{Q.TIER_MIN_SAMPLES})")
-    ap.add_argument("--final-top", type=int, default=FINAL_TOP, help="candidates carried into the final stage")
+    ap.add_argument("--final-top", type=int, default=None,
+                    help=f"candidates carried into the final stage (default {FINAL_TOP}; --baselines-only: "
+                         f"{BASELINE_FINAL_TOP} per method)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--family", default=DEFAULT_EMBEDDED_FAMILY, choices=sorted(EMBEDDED_FAMILIES),
                     help="embedded family (default scenes)")
@@ -440,9 +531,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    kind = "grid" if args.grid_only else "recheck" if args.recheck_only else "sweep"
-    if args.self_drafting and (args.grid_only or args.recheck_only):
-        ap.error("--self-drafting runs the sweep itself, not --grid-only or --recheck-only")
+    kind = ("grid" if args.grid_only else "recheck" if args.recheck_only else "baselines" if args.baselines_only
+            else "sweep")
+    if sum((args.grid_only, args.recheck_only, args.baselines_only)) > 1:
+        ap.error("--grid-only, --recheck-only and --baselines-only each run one thing: choose one")
+    if args.self_drafting and kind != "sweep":
+        ap.error("--self-drafting runs the sweep itself, not --grid-only, --recheck-only or --baselines-only")
     tag = args.tag or f"{kind}-{models_tag(args.models, args.family, args.quick)}" + ("-self" if args.self_drafting else "")
     samples = args.samples or (2 if args.quick else SCREEN_SAMPLES)
     os.makedirs(args.out, exist_ok=True)
@@ -460,10 +554,14 @@ def main(argv: list[str] | None = None) -> int:
                                                          not args.no_progress, args.upsampler,
                                                          args.recheck_scope or "drafts")},
                      "chosen": None, "kept_preset_value_in": [], "preset_before": None, "grid_experiment": None}
+    elif args.baselines_only:
+        res_sweep = baselines(models, samples, args.final_samples if not args.quick else max(samples, 2),
+                              args.final_top or BASELINE_FINAL_TOP, args.batch, args.warmup, not args.no_progress,
+                              args.quick, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"))
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
                           not args.no_progress, args.upsampler, args.recheck, args.recheck_scope,
-                          args.final_samples if not args.quick else max(samples, 2), args.final_top,
+                          args.final_samples if not args.quick else max(samples, 2), args.final_top or FINAL_TOP,
                           args.self_drafting, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"))
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -195,6 +195,10 @@ TARGET_ONLY: dict[str, MethodConfig] = {
 }
 
 
+# Every baseline method by name: the target-only ones above, then the two that need a same-resolution drafter.
+BASELINES = ("zipar", "sjd", "gsd", "sd", "lantern")
+
+
 def resolve(target, drafter=None, *, verifier: VerifierConfig | None = None, upsampler: UpsamplerConfig | None = None,
             quality: str | None = None, rows_per_step: int | None = None, parallel_window: int | None = None,
             draft_len: int | None = None) -> MethodConfig:

@@ -65,3 +65,13 @@ def test_main_writes_the_picture_table_and_json(tmp_path):
 def test_a_missing_results_file_is_named():
     with pytest.raises(SystemExit, match="nope.json does not exist"):
         F.main(["--results", "nope.json"])
+
+
+def test_baseline_sweep_rows_belong_to_their_method():
+    res = {"sweep": {"stages": {"final": {"rows": [
+        {"label": "zipar: window=4", **row(2.1, 0.53, tier=Q.INDISTINGUISHABLE)},
+        {"label": "lantern: delta=0.05 draft_len=4", **row(1.4, 0.8)}]}}}}
+    pts = {p.label: p for p in F.points_of(res, "b")}
+    assert pts["final: zipar: window=4"].method == "zipar"
+    assert pts["final: lantern: delta=0.05 draft_len=4"].method == "lantern"
+    assert F.fastest_per_tier(list(pts.values()))["zipar"][Q.INDISTINGUISHABLE].speedup == 2.1

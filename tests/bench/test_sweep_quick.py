@@ -123,3 +123,46 @@ def test_an_interrupted_sweep_resumes_from_its_journal(tmp_path, monkeypatch):
     monkeypatch.setattr(S, "run_stage", refuse)
     assert S.main(args) == 0
     assert json.loads((tmp_path / "j.json").read_text())["sweep"]["chosen"] == first
+
+
+def test_baselines_only_sweeps_each_baseline_over_its_own_knobs(tmp_path):
+    """--baselines-only: one screening stage with every BASELINE_GRID setting, labelled by method, then the
+    fastest survivors of each method in a final stage with tiers; a rerun reads both stages from the journal."""
+    argv = ["--baselines-only", "--quick", "--models", "tiny", "--out", str(tmp_path), "--no-progress"]
+    assert S.main(argv) == 0
+    res = json.loads((tmp_path / "baselines-tiny-quick.json").read_text())
+    sw = res["sweep"]
+    screen = sw["stages"]["baselines"]["rows"]
+    assert tuple(S.BASELINE_GRID) == P.BASELINES
+    assert [r["label"] for r in screen] == [S.baseline_label(m, c) for m, over in S.QUICK_BASELINES.items() for c in over]
+    assert all(r["label"].startswith(r["params"]["method"] + ": ") and r["tier"] is None for r in screen)
+    survivors = {r["label"] for r in screen if r["qualifies"]}
+    final = (sw["stages"].get("final") or {}).get("rows", [])
+    assert {r["label"] for r in final} <= survivors and all(r["tier"] for r in final)
+    assert set(sw["baselines"]) == set(P.BASELINES) and sw["chosen"] is None
+    assert "## Fastest setting per baseline and tier" in (tmp_path / "baselines-tiny-quick.md").read_text()
+    journal = json.loads((tmp_path / "baselines-tiny-quick.journal.json").read_text())
+    assert "baselines" in journal
+    assert S.main(argv) == 0      # resumed: the same labels come back from the journal
+    again = json.loads((tmp_path / "baselines-tiny-quick.json").read_text())["sweep"]["stages"]["baselines"]
+    assert again["ar"] == sw["stages"]["baselines"]["ar"]
+
+
+def test_baseline_configs_carry_their_knobs_and_refuse_an_unknown_method():
+    import pytest
+
+    assert S.baseline_config("zipar", {"window": 4})[0].zipar_window == 4
+    cfg, kind = S.baseline_config("gsd", {"window": 32, "rank": 3})
+    assert (cfg.method, cfg.sjd_window, cfg.verifier.rule, cfg.verifier.gsd_rank_window, kind) == ("sjd", 32, "gsd", 3, None)
+    cfg, kind = S.baseline_config("lantern", {"delta": 0.02, "draft_len": 8})
+    assert (cfg.verifier.rule, cfg.verifier.lantern_delta, cfg.draft_len, kind) == ("lantern", 0.02, 8, "same")
+    assert S.baseline_config("sd", {"draft_len": 2})[0].draft_len == 2
+    with pytest.raises(ValueError, match="unknown method 'medusa'"):
+        S.baseline_config("medusa", {})
+
+
+def test_only_one_of_the_special_modes_runs(tmp_path):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        S.main(["--baselines-only", "--grid-only", "--quick", "--models", "tiny", "--out", str(tmp_path)])
