@@ -23,7 +23,9 @@ from . import compare
 from . import measures as Q
 from .plots import stacked_bars
 
-MULO = tuple(P.method_name(t) for t in (P.LOSSLESS, P.INDISTINGUISHABLE, P.FASTEST))
+# The lossless mode is left out: at 64 px it runs at 0.13x AR (bench/results/cpu-embedded-lossless.md), about
+# 50 s an image at 128 px on one core, and it is never the fastest setting of a tier.
+MULO = tuple(P.method_name(t) for t in (P.INDISTINGUISHABLE, P.FASTEST))
 # pair -> (family, drafter as <family>:<member>, methods)
 PAIRS = {
     "64-r2": ("scenes", "", ("ar", *MULO)),

@@ -31,10 +31,11 @@ from ..models.checkpoints import save_safetensors
 from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from ..models.llamagen_vq import VQConfig, VQModel
 from ..models.registry import SELF_DRAFT_META_KEY
+from ..sampling import SamplingConfig
 from .common import (COMMAND_ENV, DATA_SEED, PACK_ROOT, Progress, base_folder, cosine_lr, load_resume, reproduce_command,
                      save_resume, write_card)
 from .parallel_context import parallel_logits
-from .upsampler import UpsamplerStage, train_upsampler
+from .upsampler import UpsamplerStage, own_pairs, train_upsampler
 
 log = logging.getLogger("mulosd.train")
 
@@ -127,7 +128,9 @@ PATTERNS_PRESETS = {
                         GPTStage("target", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4),
                         GPTStage("drafter", grid=8, dim=32, n_layer=1, n_head=2, steps=2, batch=4, pool=40),
                         GPTStage("sd_drafter", grid=16, dim=32, n_layer=1, n_head=2, steps=2, batch=4)],
-                    upsamplers=(UpsamplerStage(channels=8, layers=1, steps=2, batch=4),)),
+                    upsamplers=(UpsamplerStage(channels=8, layers=1, steps=2, batch=4),
+                                UpsamplerStage("upsampler_own", pairs="target", own_images=8, channels=8, layers=1,
+                                               steps=2, batch=4, match_images=2))),
 }
 
 
@@ -515,12 +518,15 @@ def _train_members(names: list[str], p: Preset, vq: VQModel, out: Path, work: Pa
     for up in p.upsamplers:
         if up.name not in names or _done(out, up.name):
             continue
-        pool = pool or token_pool(vq, p, work, device)
         drafter = (base_folder(p.base) / up.drafter.removeprefix("base:") if up.drafter.startswith("base:")
                    else out / up.drafter)
         pair = [load_model(str(path.with_suffix(".safetensors")), "", device=device, vq=vq)
                 for path in (out / "target", drafter)]
-        train_upsampler(up, *pair, pool, out, work, device)
+        if up.pairs == "target":
+            pool_up = own_pairs(*pair, SamplingConfig(**p.sampling), up.own_images, work, up.name)
+        else:
+            pool = pool_up = pool or token_pool(vq, p, work, device)
+        train_upsampler(up, *pair, pool_up, out, work, device)
         log.info("%s ready after %.0fs", up.name, time.perf_counter() - t0)
     return pool
 

@@ -45,24 +45,36 @@ def swap_tokens(probs: torch.Tensor, tokens: torch.Tensor, share: float, top: in
 
 
 @torch.no_grad()
-def prefix_acceptance(target, drafter, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig,
-                      taus: tuple[float, ...] = (0.05, 0.3), ks: tuple[int, ...] = (1, 4, 16)) -> dict[str, float]:
-    """Share of perfect drafts MuLo-SD's rule accepts given the true prefix.
-
-    The drafts are the target's own samples seen at the drafter's resolution: decoded, resized
-    down by r, coded by the drafter's tokenizer and lifted back by the pixel route. Each draft
-    token is judged against the target's sampling distribution (`sampling`, CFG included) given
-    the true tokens before it, pooled over its k nearest codes, for every tau and k.
-    """
-    r = target.grid // drafter.grid
+def low_encoding(target, drafter, tokens: torch.Tensor) -> torch.Tensor:
+    """The drafter-grid tokens of the target's grids: decoded, resized down by r and coded by the drafter's
+    tokenizer (how the training pool pairs low and full tokens of one image)."""
     images = target.decode(tokens)
-    low = drafter.encode(resize(images, images.shape[-1] // r, "area"))
-    drafts = upsample_rows(UpsamplerConfig(kind="pixel"), drafter, target, low, drafter.grid)
+    return drafter.encode(resize(images, images.shape[-1] // (target.grid // drafter.grid), "area"))
+
+
+@torch.no_grad()
+def sampling_probs(target, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """[B, N, V]: the distribution the target samples from at every position given the true tokens before
+    it (`sampling`, CFG included), in one teacher-forced pass."""
     logits = target.gpt(tokens.to(target.device), labels.to(target.device), target.grid)
     if sampling.uses_cfg:
         null = target.gpt(tokens.to(target.device), target.gpt.null_condition(len(labels), target.device), target.grid)
         logits = cfg_combine(torch.cat([logits, null]), sampling.cfg_scale)
-    probs = process_logits(logits, sampling).float()
+    return process_logits(logits, sampling).float()
+
+
+@torch.no_grad()
+def prefix_acceptance(target, drafter, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig,
+                      taus: tuple[float, ...] = (0.05, 0.3), ks: tuple[int, ...] = (1, 4, 16)) -> dict[str, float]:
+    """Share of perfect drafts MuLo-SD's rule accepts given the true prefix.
+
+    The drafts are the target's own samples seen at the drafter's resolution (`low_encoding`) lifted back
+    by the pixel route. Each draft token is judged against the target's sampling distribution given the
+    true tokens before it, pooled over its k nearest codes, for every tau and k.
+    """
+    low = low_encoding(target, drafter, tokens)
+    drafts = upsample_rows(UpsamplerConfig(kind="pixel"), drafter, target, low, drafter.grid)
+    probs = sampling_probs(target, tokens, labels, sampling)
     out = {"draft_equals_sample": float((drafts.cpu() == tokens.cpu()).float().mean())}
     for k in ks:
         nbr = cached_knn_table(target.codebook(), min(k, target.vocab_size), include_self=True)
@@ -70,6 +82,27 @@ def prefix_acceptance(target, drafter, tokens: torch.Tensor, labels: torch.Tenso
         for tau in taus:
             out[f"tau{tau:g}_k{k}"] = float((pooled >= tau).float().mean())
     return out
+
+
+@torch.no_grad()
+def exact_ceiling(target, drafter, net, tokens: torch.Tensor, labels: torch.Tensor,
+                  sampling: SamplingConfig) -> dict[str, torch.Tensor]:
+    """Per image [B]: what the exact test can accept from a learned upsampler `net`, teacher-forced.
+
+    A draft drawn from the upsampler's q is accepted with probability sum_v min(p, q) = 1 - TV(p, q)
+    (docs/DESIGN.md section 3.7): p the target's sampling distribution given the true prefix, q the
+    upsampler's softmax given the image's low-res encoding (row-causal, as a drafting step sees it). Also
+    the probability p gives the upsampler's argmax (the deterministic draft). Both are the rate of a
+    position whose earlier drafts were all accepted: the engine's own drafts come from the drafter's
+    samples, not from the image's encoding, so it sees less.
+    """
+    low = low_encoding(target, drafter, tokens)
+    g = drafter.grid
+    dev = next(net.parameters()).device
+    q = torch.softmax(net(low.to(dev), g, g).float(), -1).to(target.device)
+    p = sampling_probs(target, tokens, labels, sampling)
+    return {"one_minus_tv": torch.minimum(p, q).sum(-1).mean(-1).cpu(),
+            "p_of_argmax": p.gather(-1, q.argmax(-1, keepdim=True))[..., 0].mean(-1).cpu()}
 
 
 def half_size(images: torch.Tensor) -> torch.Tensor:

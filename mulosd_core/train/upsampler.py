@@ -2,8 +2,10 @@
 
 Pairs are the same images encoded at both resolutions (`family.token_pool`: "low" at the
 drafter's grid, "full" at the target's), so the network learns which target tokens lie under
-a low-res row. Held-out pairs measure its token match against the pixel route's, each given
-only the rows a drafting step has (row-causal): the card records both.
+a low-res row. With `pairs="target"` the images are the target's own AR samples instead
+(`own_pairs`), so that its q approaches the target's p, which is what the exact test's
+acceptance 1 - TV(p, q) asks for. Held-out pairs measure its token match against the pixel
+route's, each given only the rows a drafting step has (row-causal): the card records both.
 """
 from __future__ import annotations
 
@@ -15,12 +17,17 @@ import torch
 import torch.nn.functional as F
 
 from ..models.latent_upsampler import LatentUpsampler, LatentUpsamplerConfig, save_latent_upsampler
+from ..decode import generate_ar
 from ..models.llamagen import LlamaGenModel
+from ..sampling import SamplingConfig
 from ..upsample import UpsamplerConfig, upsample_rows
 from .common import DATA_SEED, Progress, cosine_lr, load_resume, reproduce_command, save_resume, write_card
+from .token_stats import low_encoding
 
 log = logging.getLogger("mulosd.train")
 HELD_OUT = 1000   # the pool's last pairs, never trained on
+PAIRS = ("pool", "target")
+OWN_SEED = 900_000   # first AR seed of the target's own training samples (bench.ceiling measures on seeds from 0)
 
 
 @dataclass
@@ -37,6 +44,37 @@ class UpsamplerStage:
     batch: int = 64
     lr: float = 3e-3
     match_images: int = HELD_OUT   # held-out pairs the card's token match is measured on (the pixel route is slow at 128 px)
+    pairs: str = "pool"            # "pool": the data pool's images; "target": the target's own AR samples (own_pairs)
+    own_images: int = 5000         # pairs="target": AR samples drawn (the last HELD_OUT held out)
+
+    def __post_init__(self) -> None:
+        if self.pairs not in PAIRS:
+            raise ValueError(f"upsampler stage {self.name}: pairs must be one of {PAIRS}, got {self.pairs!r}")
+
+
+@torch.no_grad()
+def own_pairs(target: LlamaGenModel, drafter: LlamaGenModel, sampling: SamplingConfig, images: int, work: Path,
+              name: str, batch: int = 50) -> dict[str, torch.Tensor]:
+    """(low, full) token pairs of the target's own AR samples, class-balanced, seeds from OWN_SEED: full the
+    sample, low its encoding at the drafter's grid (token_stats.low_encoding). Written under `work` once;
+    a rerun (or a resumed run) reads them back when drawn by the same target, count and sampling."""
+    path = work / f"{name}.own_pairs.pt"
+    meta = {"images": images, "grids": [drafter.grid, target.grid], "sampling": sampling.to_dict(),
+            "target": float(sum(t.double().sum() for t in target.gpt.state_dict().values()))}
+    if path.exists():
+        held = torch.load(path, map_location="cpu", weights_only=True)
+        if held.get("meta") == meta:
+            return held
+    labels = torch.arange(images) % target.gpt.config.num_classes
+    low, full = [], []
+    for i in range(0, images, batch):
+        res = generate_ar(target, labels[i:i + batch], sampling, seed=OWN_SEED + i)
+        full.append(res.tokens.cpu().to(torch.int16))
+        low.append(low_encoding(target, drafter, res.tokens).cpu().to(torch.int16))
+        log.info("[%s] own samples %d/%d", name, min(i + batch, images), images)
+    pairs = {"labels": labels, "low": torch.cat(low), "full": torch.cat(full), "meta": meta}
+    torch.save(pairs, path)
+    return pairs
 
 
 @torch.no_grad()
@@ -55,14 +93,15 @@ def token_match(target: LlamaGenModel, drafter: LlamaGenModel, net: LatentUpsamp
 
 def train_upsampler(stage: UpsamplerStage, target: LlamaGenModel, drafter: LlamaGenModel,
                     pool: dict[str, torch.Tensor], out: Path, work: Path, device: str) -> LatentUpsampler:
-    """Train on the pool's pairs; `target` and `drafter` give the grids, the codebook and the pixel route to compare."""
+    """Train on the pool's pairs (`own_pairs` for pairs="target"); `target` and `drafter` give the grids, the
+    codebook and the pixel route to compare."""
     cfg = LatentUpsamplerConfig(codebook_size=target.vocab_size, ratio=target.grid // drafter.grid,
                                 channels=stage.channels, layers=stage.layers)
     torch.manual_seed(DATA_SEED)
     net = LatentUpsampler(cfg).to(device).train()
     opt = torch.optim.AdamW(net.parameters(), lr=stage.lr, weight_decay=0.01)
     start, _ = load_resume(work, stage.name, net, opt)
-    low, full = pool[stage.low].long(), pool["full"].long()
+    low, full = pool["low" if stage.pairs == "target" else stage.low].long(), pool["full"].long()
     n_train = len(low) - min(HELD_OUT, len(low) // 4)
     g = drafter.grid
     prog = Progress(stage.name, stage.steps, start)
@@ -89,7 +128,8 @@ def train_upsampler(stage: UpsamplerStage, target: LlamaGenModel, drafter: Llama
     save_latent_upsampler(net, str(out / f"{stage.name}.safetensors"))
     write_card(out, stage.name, {"kind": "latent_upsampler", "config": cfg.to_dict(), "codebook_id": codebook_id,
                                  "grids": [drafter.grid, target.grid],
-                                 "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema,
+                                 "steps": stage.steps, "batch": stage.batch, "final_loss": loss_ema, "pairs": stage.pairs,
+                                 **({"own_images": stage.own_images, "own_seed": OWN_SEED} if stage.pairs == "target" else {}),
                                  "data_seed": DATA_SEED, "metrics": metrics,
                                  "params": sum(t.numel() for t in net.parameters()), "reproduce": reproduce_command()})
     return net

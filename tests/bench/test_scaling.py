@@ -12,7 +12,7 @@ def test_each_pair_is_one_compare_run_with_its_drafter():
     argv = S.compare_argv("128-r4", 400, 1, 1, "out")
     args = compare.parse_args(argv)
     assert (args.family, args.drafter, args.tag) == ("scenes128", "scenes:drafter", "scaling-128-r4")
-    assert "mulo_lossless" in args.methods and "zipar" not in args.methods
+    assert "mulo_indistinguishable" in args.methods and "mulo_lossless" not in args.methods and "zipar" not in args.methods
     assert set(P.BASELINES) <= set(compare.parse_args(S.compare_argv("128-r2", 400, 1, 1, "out")).methods)
     assert "--drafter" not in S.compare_argv("64-r2", 400, 1, 1, "out")
 

@@ -50,6 +50,12 @@ def test_smoke_training_of_every_member_writes_loadable_checkpoints(tmp_path, da
     assert net.config.to_dict() == card["config"] and card["steps"] == smoke.upsamplers[0].steps
     assert net.codebook_id == card["codebook_id"] == load_model(str(out / "target.safetensors"), "", vq=vq).codebook_id()
     assert {"learned_token_match", "pixel_token_match", "nearest_token_match"} <= set(card["metrics"])
+    assert card["pairs"] == "pool"
+    # the upsampler taught on the target's own samples: its pairs were drawn once and kept under --work
+    own = json.loads((out / "upsampler_own.json").read_text())
+    assert own["pairs"] == "target" and own["own_images"] == 8 and own["metrics"]["held_out_images"] == 2
+    pairs = torch.load(work / "upsampler_own.own_pairs.pt", weights_only=True)
+    assert pairs["full"].shape == (8, 16 * 16) and pairs["low"].shape == (8, 8 * 8)
     # the second process (--jobs 2 is the default) trained its lane and recorded the user's command, not its own
     for name in smoke.second_lane:
         assert "--stages" not in json.loads((out / f"{name}.json").read_text()).get("reproduce", "--preset smoke")
