@@ -29,7 +29,7 @@ from . import measures as Q
 from .plots import PALETTE, _font, _fmt, _ticks
 
 DEFAULT_RESULTS = ("bench/results/cpu-embedded.json", "bench/results/sweep-embedded-scenes.json",
-                   "bench/results/cpu-embedded-lossless.json")
+                   "bench/results/cpu-embedded-lossless.json", "bench/results/baselines-embedded-scenes.json")
 
 
 @dataclass
