@@ -401,7 +401,8 @@ def markdown(res: dict) -> str:
     out = [f"# Sweep `{res['tag']}`", "", f"- command: `{res['command']}`", f"- date: {res['date']}",
            f"- hardware: {res['hardware']['device_name']} ({res['hardware']['device']}), {res['hardware']['cpu_count']} "
            f"CPUs, torch {res['hardware']['torch']}", f"- samples per setting: {res['samples']}",
-           f"- upsampler of every MuLo-SD setting: {res['settings'].get('upsampler', 'pixel')}"]
+           *([] if res["sweep"].get("baselines") else
+             [f"- upsampler of every MuLo-SD setting: {res['settings'].get('upsampler', 'pixel')}"])]
     out += [f"- family: {res['settings'].get('family')}; final stage: {res['sweep'].get('stages', {}).get('final', {}).get('samples', '-')} "
             f"samples per candidate", f"- rule: {res['rule']}", ""]
     if not res["settings"]["quality_meaningful"]:

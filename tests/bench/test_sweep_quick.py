@@ -140,7 +140,8 @@ def test_baselines_only_sweeps_each_baseline_over_its_own_knobs(tmp_path):
     final = (sw["stages"].get("final") or {}).get("rows", [])
     assert {r["label"] for r in final} <= survivors and all(r["tier"] for r in final)
     assert set(sw["baselines"]) == set(P.BASELINES) and sw["chosen"] is None
-    assert "## Fastest setting per baseline and tier" in (tmp_path / "baselines-tiny-quick.md").read_text()
+    md = (tmp_path / "baselines-tiny-quick.md").read_text()
+    assert "## Fastest setting per baseline and tier" in md and "MuLo-SD setting" not in md
     journal = json.loads((tmp_path / "baselines-tiny-quick.journal.json").read_text())
     assert "baselines" in journal
     assert S.main(argv) == 0      # resumed: the same labels come back from the journal
