@@ -26,7 +26,7 @@ from mulosd_core.metrics import bootstrap_ci
 from mulosd_core.models.latent_upsampler import load_latent_upsampler
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES
 from mulosd_core.train.token_stats import exact_ceiling
-from mulosd_core.upsample import embedded_upsampler
+from mulosd_core.upsample import embedded_upsampler, upsampler_header
 
 from .models import load_models
 
@@ -39,7 +39,7 @@ def candidates(target, r: int) -> list[str]:
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
         if name.startswith("upsampler") and name.endswith(".safetensors") and path != shipped:
-            if load_latent_upsampler(path).config.ratio == r:
+            if upsampler_header(path)[1] == r:
                 out.append(path)
     return out
 

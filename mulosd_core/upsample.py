@@ -189,10 +189,7 @@ def embedded_upsampler(target: ImageARModel, r: int = 2) -> str:
 def _shipped_upsampler(codebook_id: str, grid: int, r: int) -> str:
     """embedded_upsampler's search over the shipped files, once per (codebook, grid, ratio): learned_net asks
     on every drafting step, and the shipped folders do not change while the pack runs."""
-    import json
-
-    from .models.registry import (DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, EMBEDDED_MEMBERS, embedded_path,
-                                  family_card, read_safetensors_meta)
+    from .models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES, EMBEDDED_MEMBERS, embedded_path, family_card
 
     for folder in EMBEDDED_FAMILIES.values():
         card = family_card(folder)[0]
@@ -202,8 +199,16 @@ def _shipped_upsampler(codebook_id: str, grid: int, r: int) -> str:
             path = os.path.join(folder, EMBEDDED_MEMBERS[member])
             if not os.path.isfile(path):
                 continue
-            meta = read_safetensors_meta(path)[1]
-            if codebook_id and meta.get("codebook_id") == codebook_id \
-                    and json.loads(meta.get("mulosd_config", "{}")).get("ratio") == r:
+            if codebook_id and upsampler_header(path) == (codebook_id, r):
                 return path
     return embedded_path("upsampler", DEFAULT_EMBEDDED_FAMILY)
+
+
+def upsampler_header(path: str) -> tuple[str, int | None]:
+    """A learned upsampler file's (codebook id, ratio), read from its header alone (no tensor loaded)."""
+    import json
+
+    from .models.registry import read_safetensors_meta
+
+    meta = read_safetensors_meta(path)[1]
+    return meta.get("codebook_id", ""), json.loads(meta.get("mulosd_config", "{}")).get("ratio")

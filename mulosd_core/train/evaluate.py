@@ -27,11 +27,12 @@ from ..data.families import data_family
 from ..metrics import accuracy, bootstrap_ci, frechet_distance
 from ..models.llamagen import self_drafter
 from ..models.registry import family_card, load_model
-from ..sampling import SamplingConfig, cfg_combine, process_logits
+from ..sampling import SamplingConfig
 from .classifier import load_classifier
 from .common import base_folder
 from .family import vq_psnr
-from .token_stats import distribution_figures, half_size, prefix_acceptance, raw_next_token_probs, swap_tokens
+from .token_stats import (distribution_figures, half_size, prefix_acceptance, raw_next_token_probs, sampling_probs,
+                          swap_tokens)
 
 log = logging.getLogger("mulosd.evaluate")
 REAL_SEED = 424242
@@ -41,11 +42,7 @@ REAL_SEED = 424242
 def token_probs(model, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     """p [B, N]: the model's sampling distribution (CFG etc. applied) at each token of the grids, given
     the tokens before it (one teacher-forced pass)."""
-    logits = model.gpt(tokens, labels.to(model.device), model.grid)
-    if sampling.uses_cfg:
-        null = model.gpt(tokens, model.gpt.null_condition(len(labels), model.device), model.grid)
-        logits = cfg_combine(torch.cat([logits, null]), sampling.cfg_scale)
-    return process_logits(logits, sampling).gather(-1, tokens[..., None])[..., 0]
+    return sampling_probs(model, tokens, labels, sampling).gather(-1, tokens.to(model.device)[..., None].long())[..., 0]
 
 
 def token_nll(model, tokens: torch.Tensor, labels: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
