@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from comfy_server import ComfyServer  # noqa: E402
 
 TARGET, DRAFTER = "embedded/target.safetensors", "embedded/drafter.safetensors"
+PYRAMID_TARGET = "embedded/scenes128/target.safetensors"   # the 128 px member: r = 2 from TARGET, r = 4 from DRAFTER
 LOADERS = ("MuLoSDLoadTarget", "MuLoSDLoadDrafter")
 # bad files whose header says what they are: refused at POST /prompt, before anything runs (issue 37)
 REFUSED_BY_HEADER = {"tokenizer_as_gpt.safetensors"}
@@ -46,6 +47,7 @@ CANCEL_VERIFIER = "paper"
 CANCEL_BATCH = 16       # images per cancelled run: at 8 a fast machine finished in 1.7 s, too soon to cancel at 1 s
 CANCEL_AFTER = 1.0      # seconds after the sampler starts
 CANCEL_LIMIT = 2.0      # a cancelled run must end within this many seconds of the interrupt
+PYRAMID_CANCEL_BATCH = 1   # the 128 px r = 2 pair at the paper's settings: seconds an image on one thread
 
 
 @dataclass
@@ -242,9 +244,9 @@ class Prober:
                                        detail=msg)))
         return rows
 
-    def huge_image(self) -> Row:
+    def huge_image(self, target: str = TARGET) -> Row:
         """image_size 4096 with the AR sampler: refused before sampling, naming the estimate; memory unchanged."""
-        g = ar_graph(self.info, batch_size=1, seed=3)
+        g = ar_graph(self.info, target=target, batch_size=1, seed=3)
         g["1"]["inputs"]["image_size"] = 4096
         before = rss(self.server)
         t0 = time.perf_counter()
@@ -254,10 +256,29 @@ class Prober:
         words = ["NotEnoughMemory", "image_size (now 4096 px)", "MB are free", "VQ decode/encode"]
         # the advice fits the graph: no drafter to move (issue 37), no streaming on the cpu
         fits = "drafter" not in msg and "stream" not in msg
-        row = Row("image_size 4096 (AR)", where == "MuLoSDARSampler" and all(w in msg for w in words) and fits,
+        row = Row("image_size 4096 (AR)" + ("" if target == TARGET else f", {target}"), where == "MuLoSDARSampler" and all(w in msg for w in words) and fits,
                   detail=f"refused in {seconds:.1f} s, server RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MB: {msg}",
                   numbers={"rss_before_mb": before / 2**20, "rss_after_mb": after / 2**20, "seconds": seconds})
         return self.after(row)
+
+    # -- the 128 px pair (issue 36) ----------------------------------------------------------
+    def pyramid(self) -> list[Row]:
+        """The refusals hold for the 128 px member: an Upsampler ratio that does not match its r = 4 pair, the
+        128 px target as the 64 px target's drafter, a 4096 px run estimated before sampling; and a cancelled
+        128 px r = 2 run ends within CANCEL_LIMIT (its target calls are four times the 64 px ones)."""
+        info, rows = self.info, []
+        wrong_ratio = mulo_graph(info, target=PYRAMID_TARGET, drafter=DRAFTER, batch_size=1, upsampler=["5", 0])
+        wrong_ratio["5"] = node(info, "MuLoSDUpsampler", kind="learned", ratio=2)
+        swapped = mulo_graph(info, target=TARGET, drafter=PYRAMID_TARGET, batch_size=1)
+        for name, graph, words in (
+                ("128 px r = 4 with an Upsampler of ratio 2", wrong_ratio,
+                 ["upsampler ratio 2", "target grid 32", "drafter grid 8", "= 4"]),
+                ("128 px target as the 64 px target's drafter", swapped, ["drafter", "grid"])):
+            where, msg = failure(self.server, graph)
+            rows.append(self.after(Row(name, where == "MuLoSDSampler" and all(w in msg for w in words), detail=msg)))
+        rows.append(self.huge_image(PYRAMID_TARGET))
+        rows.append(self.cancel(1, batch=PYRAMID_CANCEL_BATCH, target=PYRAMID_TARGET, drafter=TARGET))
+        return rows
 
     # -- the loaders' choices (issue 37) -----------------------------------------------------
     def choices(self) -> list[Row]:
@@ -342,34 +363,38 @@ class Prober:
         return rows
 
     # -- cancel ------------------------------------------------------------------------------
-    def run_undisturbed(self, batch: int = CANCEL_BATCH, seed: int = 4242) -> tuple[list[bytes], float]:
+    def run_undisturbed(self, batch: int = CANCEL_BATCH, seed: int = 4242, target: str = TARGET,
+                        drafter: str = DRAFTER) -> tuple[list[bytes], float]:
         """The MuLo-SD prompt of the cancel probe run to its end (once; it also loads the drafter)."""
-        if (batch, seed) not in self.undisturbed:
+        key = (batch, seed, target, drafter)
+        if key not in self.undisturbed:
             forget_outputs(self.server)
             t0 = time.perf_counter()
-            got = images(self.server, self.server.run(self.cancel_graph(batch, seed), timeout=900))
-            self.undisturbed[(batch, seed)] = got, time.perf_counter() - t0
-        return self.undisturbed[(batch, seed)]
+            got = images(self.server, self.server.run(self.cancel_graph(*key), timeout=900))
+            self.undisturbed[key] = got, time.perf_counter() - t0
+        return self.undisturbed[key]
 
-    def cancel_graph(self, batch: int, seed: int) -> dict:
-        """The scenes pair with a Local Verifier at the paper's settings (CANCEL_VERIFIER)."""
+    def cancel_graph(self, batch: int, seed: int, target: str = TARGET, drafter: str = DRAFTER) -> dict:
+        """The pair with a Local Verifier at the paper's settings (CANCEL_VERIFIER)."""
         from mulosd_core import presets
 
         v, d = presets.mulo_verifier(CANCEL_VERIFIER), presets.mulo_defaults(CANCEL_VERIFIER)
-        g = mulo_graph(self.info, batch_size=batch, seed=seed, rows_per_step=d.rows_per_step,
-                       verifier=["5", 0])
+        g = mulo_graph(self.info, target=target, drafter=drafter, batch_size=batch, seed=seed,
+                       rows_per_step=d.rows_per_step, verifier=["5", 0])
         g["5"] = node(self.info, "MuLoSDLocalVerifier", rule=v.rule, tau=v.tau, k_neighbours=v.k_neighbours,
                       expansion_radius=v.expansion_radius, recheck=v.recheck)
         return g
 
-    def cancel(self, runs: int, batch: int = CANCEL_BATCH, seed: int = 4242) -> Row:
+    def cancel(self, runs: int, batch: int = CANCEL_BATCH, seed: int = 4242, target: str = TARGET,
+               drafter: str = DRAFTER) -> Row:
         """Cancel a batch-`batch` run (cancel_graph) CANCEL_AFTER s after the sampler starts, `runs` times;
         latency = POST /interrupt to the run's end (execution_interrupted). Then the same prompt again must give
         the undisturbed run's images."""
-        prompt = self.cancel_graph(batch, seed)
-        undisturbed, full = self.run_undisturbed(batch, seed)
+        prompt = self.cancel_graph(batch, seed, target, drafter)
+        undisturbed, full = self.run_undisturbed(batch, seed, target, drafter)
+        name = f"cancel batch {batch}" + ("" if target == TARGET else f", {target}")
         if full < 2 * CANCEL_AFTER:   # the run must still be going, with a second to spare, when the cancel comes
-            return Row(f"cancel batch {batch}", alive=self.server.alive(),
+            return Row(name, alive=self.server.alive(),
                        detail=f"an undisturbed run takes {full:.1f} s: too short to test a cancel at "
                               f"{CANCEL_AFTER:.0f} s (make the probe's run longer)", numbers={"full_run_s": full})
         latencies, ends = [], []
@@ -378,7 +403,7 @@ class Prober:
             with self.server.websocket() as ws:
                 status, body = self.server.queue(prompt, client_id=ws.client_id)
                 if status != 200 or not ws.wait_executing(body["prompt_id"], "3", timeout=300):
-                    return Row(f"cancel batch {batch}", detail=f"the sampler never started: {status} {body}")
+                    return Row(name, detail=f"the sampler never started: {status} {body}")
                 time.sleep(CANCEL_AFTER)
                 t_int = time.perf_counter()
                 self.server.interrupt(body["prompt_id"])
@@ -387,7 +412,7 @@ class Prober:
                 ends.append(rest[-1]["type"])
         median = statistics.median(latencies)
         again = images(self.server, self.server.run(prompt, timeout=900))
-        row = Row(f"cancel batch {batch} at {CANCEL_AFTER:.0f} s (x{runs})",
+        row = Row(f"{name} at {CANCEL_AFTER:.0f} s (x{runs})",
                   clear=all(e == "execution_interrupted" for e in ends) and median < CANCEL_LIMIT,
                   alive=self.server.alive(), identical=again == undisturbed,
                   detail=f"latency median {median:.2f} s (runs {', '.join(f'{x:.2f}' for x in latencies)}); "
@@ -406,7 +431,7 @@ def options(info: dict, class_type: str, name: str) -> list:
     return combo_choices(info[class_type]["input"]["required"][name])
 
 
-PARTS = ("files", "parameters", "huge_image", "choices", "library", "cancel")
+PARTS = ("files", "parameters", "huge_image", "pyramid", "choices", "library", "cancel")
 
 
 def run_probes(server: ComfyServer, cancel_runs: int = 5, only: tuple[str, ...] = ()) -> tuple[list[Row], dict]:

@@ -119,6 +119,15 @@ def test_an_image_size_that_cannot_fit_is_refused_before_sampling_and_keeps_memo
     assert abs(n["rss_after_mb"] - n["rss_before_mb"]) < 0.02 * n["rss_before_mb"], n
 
 
+def test_the_128_px_pair_keeps_the_refusals_and_the_cancel(prober):
+    """Issue 36: an Upsampler ratio that does not fit the 128 px r = 4 pair, the 128 px target as a drafter, a
+    4096 px run of the 128 px target, and a cancelled 128 px r = 2 run, each as the 64 px pair's."""
+    rows = prober.pyramid()
+    assert len(rows) == 4
+    _all_ok(rows)
+    assert rows[3].numbers["latency_median_s"] < probe.CANCEL_LIMIT
+
+
 # -------------------------------------------------------------------------------- cancel
 def test_cancel_at_one_second_of_a_batch_run_ends_within_two_seconds(prober):
     """The scenes pair at the paper's verifier settings, batch probe.CANCEL_BATCH (16), runs for seconds (it
