@@ -82,3 +82,23 @@ def test_a_stale_headline_row_gives_way_to_the_tier_sweep():
     sweep["sweep"]["tiers"] = {Q.AS_GOOD: None, Q.INDISTINGUISHABLE: None}
     assert "no MuLo-SD setting of the sweep is in a tier" in R.headline(res, "x.json", "docs/RESULTS.md", sweep)
     assert "chosen by the tier sweep" not in R.headline(res, "x.json", "docs/RESULTS.md")   # no sweep: the row itself
+
+
+def test_headline_names_each_tiers_fastest_swept_baseline():
+    """The baselines-only sweep (every baseline over its own knobs) adds one line: the fastest setting of any
+    baseline inside each tier, from that sweep's JSON, or that none is there."""
+    res = committed()
+    per = lambda ind, good: {Q.INDISTINGUISHABLE: ind, Q.AS_GOOD: good}
+    baselines = {"command": "python -m bench.sweep --baselines-only x",
+                 "sweep": {"stages": {"final": {"samples": 400}}, "baselines": {
+                     "zipar": per({"label": "zipar: window=4", "speed_up": 2.08}, {"label": "zipar: window=4", "speed_up": 2.08}),
+                     "sjd": per(None, {"label": "sjd: window=8", "speed_up": 2.5}),
+                     "lantern": per(None, None)}}}
+    text = R.headline(res, "x.json", "docs/RESULTS.md", None, baselines)
+    line = next(x for x in text.splitlines() if x.startswith("- Every baseline swept"))
+    assert "`python -m bench.sweep --baselines-only x`, 400 images per final setting" in line
+    assert f'inside "{Q.INDISTINGUISHABLE}" `zipar: window=4`, 2.08x' in line
+    assert f'inside "{Q.AS_GOOD}" `sjd: window=8`, 2.50x' in line
+    baselines["sweep"]["baselines"] = {"lantern": per(None, None)}
+    assert f'inside "{Q.INDISTINGUISHABLE}" none of them' in R.headline(res, "x.json", "docs/RESULTS.md", None, baselines)
+    assert "Every baseline swept" not in R.headline(res, "x.json", "docs/RESULTS.md")
