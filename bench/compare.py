@@ -2,7 +2,7 @@
 
     python -m bench.compare [--samples N] [--device cpu] [--dtype float32] [--batch 1]
                             [--methods ar mulo_islands ...] [--quick] [--models embedded|tiny]
-                            [--out bench/results] [--warmup 1] [--tag NAME] [--threads T]
+                            [--out bench/results] [--warmup 1] [--tag NAME] [--threads T] [--resume FILE]
 
 Sample i is class i % NUM_CLASSES with seed i (a batch starting at sample i uses seed i, and
 the engine gives its element j the stream of seed i + j, so batch size does not change the
@@ -33,6 +33,10 @@ Control rows (left out with --no-controls): `ar_null` (AR at seeds i + 1e6: each
 `drafter_alone_<upsampler>` (the drafter's sample lifted by each upsampler, no target call: what
 verification is for; a measure that passes it is reported blind) and `vq_roundtrip` (real images
 through the VQ: the ceiling of any token model). Their speed columns are not a method's.
+
+A long run is resumable with `--resume FILE`: the records are saved there every two minutes, a rerun of the
+same command continues after the last saved batch (warm-up again; settings.resumed_at_batches says where),
+and the file is removed once the results are written. The recorded command leaves `--resume` out.
 
 Peak memory: on CUDA the max allocated bytes over the method's runs; on CPU the growth of the
 process's max RSS (`resource.getrusage`) during the method's runs -- max RSS never goes down,
@@ -105,7 +109,7 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
     invocation = uuid.uuid4().hex
     t0 = time.perf_counter()
     raw = run_methods(models, methods, samples, args.batch, args.warmup,
-                      keep_images=models.family.num_classes, progress=not args.no_progress)
+                      keep_images=models.family.num_classes, progress=not args.no_progress, resume=args.resume)
     bench_seconds = time.perf_counter() - t0
     real = real_features(models, samples)
     t1 = time.perf_counter()
@@ -115,7 +119,7 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
     measure_seconds = time.perf_counter() - t1
     t = models.target
     result = {
-        "command": "python -m bench.compare " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m bench.compare " + " ".join(without_resume(sys.argv[1:] if argv is None else argv)),
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "tag": args.tag,
         "invocation": invocation,
@@ -131,13 +135,25 @@ def run_compare(args: argparse.Namespace, argv: list[str] | None = None) -> tupl
                      "time_split_note": "AR: forward counted as verify, loop overhead in other; zipar/sjd/gsd have no part "
                                         "timers (all under other)",
                      "fd_bootstrap": N_BOOT_FD_QUICK if args.quick else N_BOOT_FD, "wall_ratio_ci": WALL_RATIO_CI,
-                     "bench_seconds": bench_seconds, "measure_seconds": measure_seconds, "tier_rule": TIER_RULE},
+                     "bench_seconds": bench_seconds, "measure_seconds": measure_seconds, "tier_rule": TIER_RULE,
+                     "resumed_at_batches": raw[names[0]]["resumed_at"]},
         "methods": summary,
         "quality": tier_summary(summary),
     }
     fails = check_consistency(result) + ([] if args.no_controls else check_quality(result))
     result["checks"] = {"passed": not fails, "failures": fails}
     return jsonable(result), raw
+
+
+def without_resume(argv: list[str]) -> list[str]:
+    """The command line without `--resume FILE` (where a run keeps its records does not change its results)."""
+    out, skip = [], False
+    for a in argv:
+        if skip or a == "--resume" or a.startswith("--resume="):
+            skip = a == "--resume"
+            continue
+        out.append(a)
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -169,6 +185,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-controls", action="store_true",
                     help="leave out the control rows (AR with other seeds, the drafter alone, real through the VQ)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--resume", default=None, metavar="FILE",
+                    help="save the records to FILE as the run goes and continue from it when it holds a run of the "
+                         "same settings (removed once the results are written)")
     args = ap.parse_args(argv)
     if args.batch < 1 or (args.samples is not None and args.samples < 1) or args.warmup < 0:
         ap.error("--batch and --samples must be >= 1, --warmup >= 0")
@@ -196,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         f.write(markdown(result))
     if not args.no_plots:
         write_plots(result, raw, args.out, args.tag, result["settings"]["image_size"])
+    if args.resume and os.path.isfile(args.resume):
+        os.remove(args.resume)
     print(markdown_table(result))
     print(f"wrote {jpath} (+ .md, plots) in {time.perf_counter() - t0:.1f}s")
     if not result["checks"]["passed"]:

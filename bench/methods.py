@@ -1,10 +1,13 @@
 """Which methods a benchmark runs, and running them: every method on the same batches, interleaved.
 
 `run_methods` returns raw per-run records (wall time, counters, time split, memory, classifier
-features, NLL, a few images); bench.summary turns them into the results' "methods".
+features, NLL, a few images); bench.summary turns them into the results' "methods". With `resume`, the
+records are saved as the run goes and a rerun of the same settings continues after the last saved batch.
 """
 from __future__ import annotations
 
+import logging
+import os
 import resource
 import sys
 import time
@@ -38,6 +41,9 @@ VQ_SEED = REAL_SEED + 1_000_000  # the VQ control: real images at other seeds th
 GRID_METHOD = "mulo_islands"       # the image grid shows AR vs this
 WARMUP_SEED = 10_000
 TIME_PARTS = ("draft", "upsample", "verify", "resample", "context", "decode", "other")
+RESUME_EVERY_S = 120.0    # seconds between two saves of a resumable run's records
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -130,22 +136,57 @@ def call_costs(rec: dict) -> dict:
             "waves_per_step": waves / steps if steps else None}
 
 
+def resume_key(methods: dict, samples: int, batch: int, sampling: SamplingConfig) -> str:
+    """What a saved run must share with this one to be continued: methods, their settings, samples, batch."""
+    return repr(([(n, repr(c)) for n, c in methods.items()], samples, batch, repr(sampling)))
+
+
+def save_records(path: str, key: str, raw: dict, done: int) -> None:
+    """The records after `done` batches, readable with weights_only=True (features as tensors)."""
+    portable = {n: {**r, "features": [torch.from_numpy(f) for f in r["features"]]} for n, r in raw.items()}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save({"key": key, "done": done, "raw": portable}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def load_records(path: str, key: str) -> tuple[dict, int] | None:
+    """(records, batches done) saved by the same settings, else None (and a saved run of others is named)."""
+    if not os.path.isfile(path):
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state["key"] != key:
+        log.warning("%s holds a run of other settings; starting over (it is replaced)", path)
+        return None
+    raw = {n: {**r, "features": [f.numpy() for f in r["features"]]} for n, r in state["raw"].items()}
+    return raw, int(state["done"])
+
+
 def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | None]], samples: int,
                 batch: int = 1, warmup: int = 1, sampling: SamplingConfig | None = None, keep_images: int = 0,
-                progress: bool = True, label: str = "bench") -> dict[str, dict]:
+                progress: bool = True, label: str = "bench", resume: str | None = None) -> dict[str, dict]:
     """Run every method on the same batches, interleaved; returns raw per-run records per method
-    (with the target's own sampling unless `sampling` says otherwise)."""
+    (with the target's own sampling unless `sampling` says otherwise). With `resume` (a file), the records
+    are saved there every RESUME_EVERY_S seconds and a run of the same settings continues after its last
+    saved batch: every batch still runs every method side by side, the warm-up runs again, and each
+    record's "resumed_at" lists the batches a run continued from."""
     target, dev = models.target, models.target.device
     sampling = sampling or models.sampling
     names = list(methods)
     batches = [(i, min(batch, samples - i)) for i in range(0, samples, batch)]
-    bar = TextBar(warmup * len(names) + len(batches) * len(names), progress, label)
-    raw = {n: {"wall": [], "target_calls": [], "drafter_calls": [], "tokens_per_image": [], "batch": [], "steps": [],
-               "waves": [], "seconds": [],
-               "accepted": 0, "resampled": 0, "drafted": 0, "tokens_total": 0, "split": [], "mem": 0,
-               "correct": [], "features": [], "nll": [], "images": [], "maps": [], "tokens_in_range": True,
-               "all_images": [], "all_tokens": [], "classes": []}
-           for n in names}
+    key = resume_key(methods, samples, batch, sampling)
+    saved = load_records(resume, key) if resume else None
+    raw, done = saved or ({n: {"wall": [], "target_calls": [], "drafter_calls": [], "tokens_per_image": [], "batch": [],
+                               "steps": [], "waves": [], "seconds": [],
+                               "accepted": 0, "resampled": 0, "drafted": 0, "tokens_total": 0, "split": [], "mem": 0,
+                               "correct": [], "features": [], "nll": [], "images": [], "maps": [],
+                               "tokens_in_range": True, "all_images": [], "all_tokens": [], "classes": [],
+                               "resumed_at": []}
+                           for n in names}, 0)
+    if saved:
+        log.info("%s: continuing after batch %d of %d", resume, done, len(batches))
+        for n in names:
+            raw[n]["resumed_at"].append(done)
+    bar = TextBar(warmup * len(names) + (len(batches) - done) * len(names), progress, label)
     def run(cfg, kind, cond, seed):
         if is_control(cfg):
             return run_control(models, cfg, cond, seed, sampling)
@@ -157,7 +198,13 @@ def run_methods(models: Models, methods: dict[str, tuple[MethodConfig, str | Non
         for k in range(warmup):
             run(cfg, kind, torch.tensor([0] * batch), WARMUP_SEED + k)
             bar.step(f"warm-up {n}")
+    last_save = time.perf_counter()
     for bi, (i0, b) in enumerate(batches):
+        if bi < done:
+            continue
+        if resume and time.perf_counter() - last_save > RESUME_EVERY_S:
+            save_records(resume, key, raw, bi)
+            last_save = time.perf_counter()
         cond = torch.tensor([(i0 + j) % models.family.num_classes for j in range(b)])
         order = names[bi % len(names):] + names[:bi % len(names)]
         for n in order:

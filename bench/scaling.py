@@ -2,11 +2,13 @@
 (docs/DESIGN.md section 3.8), 64 px at r = 2, 128 px at r = 2 and 128 px at r = 4, each MuLo-SD preset of
 the family beside AR, and every baseline at 128 px.
 
-    python -m bench.scaling [--samples 400] [--batch 1] [--threads 1] [--pairs 64-r2 128-r2 128-r4]
+    python -m bench.scaling [--samples 400] [--batch 1] [--threads 1] [--pairs 64-r2 128-r2 128-r4] [--work DIR]
 
 Each pair is one `bench.compare` run (its own AR, methods rotated per batch, ratios inside that run) written
 as <out>/scaling-<pair>.json; a pair whose file exists from the same settings is read back instead of run
-again, so an interrupted run resumes pair by pair. The summary (scaling-embedded-scenes.json, .md, .png)
+again, and a pair's run keeps its records in <work>/scaling-<pair>.records.pt (`bench.compare --resume`),
+so an interrupted run resumes pair by pair and inside a pair (the 128 px pair with every baseline is about
+4 hours on one core). The summary (scaling-embedded-scenes.json, .md, .png)
 puts the pairs side by side. The MuLo-SD rows are the family's named presets (presets.MULO_DEFAULTS): at
 128 px they are the 64 px sweep's choices, not a sweep on that pair, and the summary says so.
 """
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--work", default="~/.cache/mulosd/scaling", help="where each pair's run keeps its records "
+                                                                       "until it ends (resumable)")
     args = ap.parse_args(argv)
     rows = []
     for pair in args.pairs:
@@ -98,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         res = _done(path, cargv)
         if res is None:
             print(f"[scaling] {pair}: python -m bench.compare {' '.join(cargv)}", flush=True)
-            if compare.main(cargv) != 0:
+            records = os.path.join(os.path.expanduser(args.work), f"scaling-{pair}.records.pt")
+            if compare.main(cargv + ["--resume", records]) != 0:
                 print(f"[scaling] {pair}: the run's consistency checks failed (see above)", file=sys.stderr)
             res = _done(path, cargv)
         rows += summary_rows(pair, res)
