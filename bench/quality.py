@@ -11,13 +11,13 @@ import numpy as np
 import torch
 
 from mulosd_core.metrics import bootstrap_ci, bootstrap_ci_pair, frechet_distance
-from mulosd_core.sampling import SamplingConfig, cfg_combine, process_logits
+from mulosd_core.sampling import SamplingConfig
+from mulosd_core.train.evaluate import token_nll
 
 from .measures import SampleSet, to_uint8
 from .models import Models
 
 REAL_SEED = 20_240_601             # real reference samples for the Frechet distance
-NLL_FLOOR = 1e-12
 N_BOOT = 1000
 N_BOOT_FD = 200
 N_BOOT_FD_QUICK = 50
@@ -28,19 +28,10 @@ WALL_RATIO_CI = "paired bootstrap of the ratio of medians"
 def target_nll(target, tokens: torch.Tensor, cond: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     """Mean per-token -log p(token) [B] of a finished grid under the target, teacher-forced in one forward.
 
-    p is the distribution the sampler draws from: raw logits of the cond rows, CFG-combined with the
-    null-condition rows when CFG is on, then temperature / top-k / top-p (`process_logits`); p is
-    floored at 1e-12 so tokens outside a top-k/top-p support give a finite (large) NLL.
+    p is the distribution the sampler draws from (`token_stats.sampling_probs`: CFG, temperature, top-k,
+    top-p), floored at 1e-12 so tokens outside a top-k/top-p support give a finite (large) NLL.
     """
-    tokens = tokens.to(target.device).long()
-    cond = torch.as_tensor(cond, device=target.device)
-    logits = target.gpt(tokens, cond, target.grid)                      # [B, N, V]
-    if sampling.uses_cfg:
-        null = target.gpt(tokens, target.gpt.null_condition(tokens.shape[0], target.device), target.grid)
-        logits = cfg_combine(torch.cat([logits, null]), sampling.cfg_scale)
-    probs = process_logits(logits, sampling)
-    p = probs.gather(-1, tokens[..., None])[..., 0].clamp_min(NLL_FLOOR)
-    return -p.log().mean(-1).float().cpu()
+    return token_nll(target, tokens.long(), torch.as_tensor(cond), sampling).float().cpu()
 
 
 def _real_images(models: Models, samples: int, seed: int) -> tuple[torch.Tensor, list[int]]:
