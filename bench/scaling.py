@@ -6,10 +6,10 @@ the family beside AR, and every baseline at 128 px.
 
 Each pair is one `bench.compare` run (its own AR, methods rotated per batch, ratios inside that run) written
 as <out>/scaling-<pair>.json; a pair whose file exists from the same settings is read back instead of run
-again, and a pair's run keeps its records in <work>/scaling-<pair>.records.pt (`bench.compare --resume`),
-so an interrupted run resumes pair by pair and inside a pair (the 128 px pair with every baseline is about
-4 hours on one core). The summary (scaling-embedded-scenes.json, .md, .png)
-puts the pairs side by side. The MuLo-SD rows are the family's named presets (presets.MULO_DEFAULTS): at
+again, and a pair's run keeps its records in <work>/scaling-<pair>.records.pt (`bench.compare --resume`;
+by default under the pack's cache folder, devenv.cache_dir), so an interrupted run resumes pair by pair and
+inside a pair (the 128 px pair with every baseline is about 4 hours on one core). The summary
+(scaling-embedded-scenes.json, .md, .png) puts the pairs side by side. The MuLo-SD rows are the family's named presets (presets.MULO_DEFAULTS): at
 128 px they are the 64 px sweep's choices, not a sweep on that pair, and the summary says so.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import sys
 
 from mulosd_core import presets as P
+from mulosd_core.devenv import cache_dir
 
 from . import compare
 from . import measures as Q
@@ -92,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--work", default="~/.cache/mulosd/scaling", help="where each pair's run keeps its records "
-                                                                       "until it ends (resumable)")
+    ap.add_argument("--work", default=str(cache_dir() / "scaling"),
+                    help="where each pair's run keeps its records until it ends (resumable)")
     args = ap.parse_args(argv)
     rows = []
     for pair in args.pairs:
