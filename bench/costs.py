@@ -5,6 +5,8 @@
 Batch 1, no CFG, on a cache filled to the middle of the image (what a call meets halfway
 through decoding). Times are medians over `--reps` calls, each after one untimed call:
 - target_token: one target call for one token (what plain AR pays per token);
+- target_call_<n>: one target call over n = 4, 8, 12, 16 new tokens (CALL_SIZES: a ZipAR wavefront, with
+  drafts on top);
 - target_verify_<n>: one target call over n new tokens (a verify block: 2 and 8 target rows);
 - drafter_token: one drafter call for one token at the drafter's grid;
 - upsample_pixel: the training-free pixel route for one low-res row under the rows above it
@@ -29,6 +31,11 @@ from mulosd_core.upsample import UpsamplerConfig, upsample_rows
 from mulosd_core.models.registry import DEFAULT_EMBEDDED_FAMILY, EMBEDDED_FAMILIES
 
 from .models import Models, gpt_params, hardware, load_models, models_tag
+
+
+# small target calls: a ZipAR wavefront of 4 active rows (window 4 on 16 columns) feeding 1 to 4 tokens a row,
+# what speculative drafts on top of ZipAR would add to its calls
+CALL_SIZES = (4, 8, 12, 16)
 
 
 def _median_seconds(fn, reps: int) -> float:
@@ -67,6 +74,8 @@ def measure(models: Models, reps: int) -> dict:
         return lambda: target.forward_tokens(t_tokens[:, t_fill:t_fill + n], pos, t_cache)
 
     seconds = {"target_token": _median_seconds(target_call(1), reps)}
+    for n in sorted({min(n, target.num_tokens - t_fill) for n in CALL_SIZES}):   # a tiny grid holds fewer
+        seconds[f"target_call_{n}"] = _median_seconds(target_call(n), reps)
     for rows in (2, 8):
         n = min(rows * g, target.num_tokens - t_fill)
         seconds[f"target_verify_{n}"] = _median_seconds(target_call(n), reps)

@@ -9,8 +9,10 @@ as <out>/scaling-<pair>.json; a pair whose file exists from the same settings is
 again, and a pair's run keeps its records in <work>/scaling-<pair>.records.pt (`bench.compare --resume`;
 by default under the pack's cache folder, devenv.cache_dir), so an interrupted run resumes pair by pair and
 inside a pair (the 128 px pair with every baseline: about 100 min on one core, AR 2.1 s an image). The summary
-(scaling-embedded-scenes.json, .md, .png) puts the pairs side by side. The MuLo-SD rows are the family's named presets (presets.MULO_DEFAULTS): at
-128 px they are the 64 px sweep's choices, not a sweep on that pair, and the summary says so.
+(scaling-embedded-scenes.json, .md, .png) puts the pairs side by side. The MuLo-SD rows are the family's named
+presets (presets.MULO_DEFAULTS), chosen by the sweep at 64 px; where a sweep on the pair itself exists (SWEEPS,
+bench.sweep --family scenes128 --drafter ...), its fastest finalist per tier is added beside them, with the
+ratio of that sweep's own final stage.
 """
 from __future__ import annotations
 
@@ -34,6 +36,14 @@ PAIRS = {
     "64-r2": ("scenes", "", ("ar", *MULO)),
     "128-r2": ("scenes128", "scenes:target", ("ar", *MULO, *P.BASELINES)),
     "128-r4": ("scenes128", "scenes:drafter", ("ar", *MULO)),
+}
+
+
+# pair -> the sweep (bench.sweep) whose final stage names that pair's fastest setting per tier; read when present
+SWEEPS = {
+    "64-r2": "sweep-embedded-scenes.json",
+    "128-r2": "sweep-embedded-scenes128-r2.json",   # python -m bench.sweep --family scenes128 --drafter scenes:target ...
+    "128-r4": "sweep-embedded-scenes128-r4.json",   # ... --drafter scenes:drafter (the commands: docs/RESULTS.md)
 }
 
 
@@ -70,11 +80,42 @@ def summary_rows(pair: str, res: dict) -> list[dict]:
     return out
 
 
+def sweep_rows(pair: str, res: dict) -> list[dict]:
+    """The fastest setting of each tier in a sweep's final stage on the pair (its ratios are to the final stage's
+    own AR runs, at that stage's images), one row per tier; a tier no finalist reached gets no row."""
+    final = res["sweep"]["stages"]["final"]
+    rows = {r["label"]: r for r in final["rows"]}
+    r_ = res["settings"]["model_info"]["target"]["grid"] // res["settings"]["model_info"]["drafter"]["grid"]
+    out = []
+    for tier, key in ((Q.INDISTINGUISHABLE, "indistinguishable"), (Q.AS_GOOD, "chosen")):
+        row = rows.get(final.get(key))
+        if row is None:
+            continue
+        out.append({"pair": pair, "method": f"sweep, fastest {tier}: {row['label']}", "image_size": None, "r": r_,
+                    "speedup": row["wall_ratio_vs_ar"], "speedup_ci": row.get("wall_ratio_ci"),
+                    "target_calls": row["target_calls"], "ar_target_calls": final["ar"]["target_calls"],
+                    "acceptance": row.get("acceptance_rate"), "tier": (row.get("tier") or {}).get("tier"),
+                    "c2st_ar": ((row.get("measures") or {}).get("c2st_ar") or {}).get("max"),
+                    "source": res.get("tag"), "samples": final.get("samples")})
+    return out
+
+
+def pair_sweep(pair: str, out: str) -> dict | None:
+    path = os.path.join(out, SWEEPS[pair])
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def markdown(rows: list[dict], samples: int, batch: int) -> str:
     lines = ["# Resolution scaling on the scenes pyramid", "",
              "`python -m bench.scaling` on one CPU thread; every ratio is to AR in the same pair's run "
              f"({samples} images per method, batch {batch}). Tiers need {Q.TIER_MIN_SAMPLES} images; below that "
-             "none is given. The 128 px MuLo-SD rows use the scenes family's presets, chosen by the sweep at 64 px.",
+             "none is given. The mulo_* rows are the scenes family's presets, chosen by the sweep at 64 px; a "
+             "\"sweep, fastest <tier>\" row is the fastest finalist of that tier in a sweep on the pair itself "
+             "(bench.sweep's final stage, its own AR runs and images, so its ratio was timed apart from the pair's "
+             "run). A tier with no such row had no finalist in it.",
              "", "![scaling](scaling-embedded-scenes.png)", "",
              "| pair | method | r | speed-up | target calls / image (AR) | acceptance | C2ST vs AR | tier |",
              "|---|---|---|---|---|---|---|---|"]
@@ -108,10 +149,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[scaling] {pair}: the run's consistency checks failed (see above)", file=sys.stderr)
             res = _done(path, cargv)
         rows += summary_rows(pair, res)
+        swept = pair_sweep(pair, args.out)
+        rows += sweep_rows(pair, swept) if swept else []
+        if not swept:
+            print(f"[scaling] {pair}: no sweep on this pair ({SWEEPS[pair]}): only the presets' rows", flush=True)
     base = os.path.join(args.out, "scaling-embedded-scenes")
     with open(base + ".json", "w", encoding="utf-8") as f:
         json.dump({"command": "python -m bench.scaling " + " ".join(sys.argv[1:] if argv is None else argv),
-                   "pairs": {p: PAIRS[p][:2] for p in args.pairs}, "rows": rows}, f, indent=1)
+                   "pairs": {p: PAIRS[p][:2] for p in args.pairs},
+                   "sweeps": {p: SWEEPS[p] for p in args.pairs if pair_sweep(p, args.out)}, "rows": rows}, f, indent=1)
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(markdown(rows, args.samples, args.batch))
     stacked_bars([(f"{r['pair']} {r['method']}", {"speed-up over AR": r["speedup"]}) for r in rows],

@@ -2,6 +2,7 @@
 
     python -m bench.sweep [--samples N] [--quick] [--models embedded|tiny] [--device cpu]
                           [--grid-experiment] [--out bench/results] [--threads T]
+                          [--family scenes128 --drafter scenes:drafter] [--grid taus=0.1,0.3 windows= ...]
     python -m bench.sweep --baselines-only [--samples N] [--final-samples 400] [--threads T]
 
 Stages, each one process-internal run of `bench.methods.run_methods` with its own AR runs on the
@@ -81,7 +82,27 @@ SWEPT_RECHECKS = (0, 64)     # the recheck stage of the full sweep: the paper's 
 DELTAS = (0.05, 0.1, 0.2, 0.4)
 GRID_FACTORS = (1.0, 1.5, 2.0)
 RECHECKS = (0, 1, 4, 16, 64)   # --recheck-only: rounds of VerifierConfig.recheck (our extension; 0 = the paper)
+FULL_GRID = dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, rechecks=SWEPT_RECHECKS, deltas=DELTAS,
+                 commits=COMMITS, grouped=(True,))
 QUICK = dict(taus=(0.1, 0.3), ks=(1, 8), radii=(0, 1), windows=(1, 2), rows=(1, 2), rechecks=(0, 2), deltas=(0.1, 0.4))
+GRID_TYPES = dict(taus=float, ks=int, radii=int, windows=int, rows=int, rechecks=int, deltas=float, commits=str,
+                  grouped=lambda v: {"yes": True, "no": False}[v])
+
+
+def parse_grid(items: list[str]) -> dict:
+    """`--grid` items "name=v1,v2" (an empty list skips the stage) -> {name: tuple}; names as FULL_GRID's."""
+    out = {}
+    for item in items:
+        name, eq, values = item.partition("=")
+        if not eq or name not in GRID_TYPES:
+            raise ValueError(f"--grid: expected name=v1,v2 with name one of {', '.join(GRID_TYPES)}, got {item!r}")
+        try:
+            out[name] = tuple(GRID_TYPES[name](v) for v in values.split(",") if v)
+        except (ValueError, KeyError):
+            raise ValueError(f"--grid {name}: cannot read {values!r} (grouped takes yes or no)") from None
+        if name == "commits" and not set(out[name]) <= set(COMMITS):
+            raise ValueError(f"--grid commits: expected some of {', '.join(COMMITS)}, got {values!r}")
+    return out
 SCREEN_SAMPLES = 64     # samples per setting in the screening stages (--samples)
 FINAL_SAMPLES = Q.TIER_MIN_SAMPLES     # samples per candidate in the final stage (--final-samples): a tier needs them
 FINAL_TOP = 6           # candidates carried into it: the fastest qualifying settings of the stages (--final-top)
@@ -317,7 +338,7 @@ def _settings_label(c: dict) -> str:
 def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int = 1, grid_experiment: bool = False,
           progress: bool = True, upsampler: str = "pixel", recheck: int | None = None,
           recheck_scope: str | None = None, final_samples: int = FINAL_SAMPLES, final_top: int = FINAL_TOP,
-          self_drafting: bool = False, journal: str | None = None) -> dict:
+          self_drafting: bool = False, journal: str | None = None, grid: dict | None = None) -> dict:
     """Greedy screening stages at `samples` each (tau x k x l jointly, then w, rows, recheck, LANTERN's delta),
     then a final stage: the `final_top` fastest settings that survived any screen, and the paper's settings as
     an anchor, at `final_samples` each against their own AR runs, each given its tier. The fastest "as good as
@@ -325,9 +346,9 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     `self_drafting`: the target drafts for itself (drafter kind "self"); LANTERN's stage, which needs the
     same-resolution drafter, is left out. `journal`: a JSON file each finished stage is written to; a rerun
     with the same journal reuses every stage whose settings and sample count match (an interrupted sweep
-    resumes where it stopped)."""
-    g = QUICK if quick else dict(taus=TAUS, ks=KS, radii=RADII, windows=WINDOWS, rows=ROWS, rechecks=SWEPT_RECHECKS,
-                                 deltas=DELTAS)
+    resumes where it stopped). `grid`: values that replace FULL_GRID's (`--grid`); an empty tuple skips
+    that stage (a narrow sweep on a pair whose every setting costs seconds an image)."""
+    g = {**FULL_GRID, **(QUICK if quick else {}), **(grid or {})}
     if recheck is not None:
         g = {**g, "rechecks": (recheck,)}
     n_boot_fd = N_BOOT_FD_QUICK if quick else N_BOOT_FD
@@ -343,6 +364,8 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
         name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final))
 
     def stage(name: str, over: list[dict]) -> None:
+        if not over:
+            return
         settings = {}
         for o in over:
             c = {**cur, **o}
@@ -358,14 +381,14 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
             cur.update(best["params"])
 
     stage("tau_k_l", [dict(rule="mulo", tau=t, k=k, radius=l) for t in g["taus"] for k in g["ks"] for l in g["radii"]]
-          + [dict(rule="grouped", tau=t, radius=l) for t in g["taus"] for l in g["radii"]])   # GSD's group as the pool
+          + [dict(rule="grouped", tau=t, radius=l) for t in g["taus"] for l in g["radii"] if True in g["grouped"]])   # GSD's group as the pool
     if cur["rule"] == "mulo":      # the pool commit draws from the k nearest codes' pool, not GSD's group
-        stage("commit", [dict(commit=c) for c in COMMITS])
+        stage("commit", [dict(commit=c) for c in g["commits"]])
     stage("window", [dict(window=w) for w in g["windows"]])
     stage("rows", [dict(rows=n) for n in g["rows"]])
     stage("recheck", [dict(recheck=n) for n in g["rechecks"]])
     delta = P.LANTERN_DELTA
-    if not self_drafting:
+    if not self_drafting and g["deltas"]:
         lantern = stages["lantern"] = staged(
             "lantern", {f"delta={d}": (dict(delta=d), _lantern(d), "same") for d in g["deltas"]}, samples, real)
         best = next((r for r in lantern["rows"] if r["chosen"]), None)
@@ -527,9 +550,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--self-drafting", action="store_true",
                     help="the family's self_target drafts for itself (drafter kind self; tag ...-self): chooses "
                          "presets.MULO_DEFAULTS['<family>/self']")
+    ap.add_argument("--grid", nargs="+", default=[], metavar="NAME=V1,V2",
+                    help="replace swept values, e.g. taus=0.1,0.3 ks=8 windows= (empty: skip the stage); names: "
+                         + ", ".join(GRID_TYPES))
     ap.add_argument("--upsampler", default="pixel", choices=KINDS,
                     help="upsampler kind of every MuLo-SD setting (the presets ship pixel)")
     args = ap.parse_args(argv)
+    try:
+        grid = parse_grid(args.grid)
+    except ValueError as e:
+        ap.error(str(e))
+    if grid and (args.grid_only or args.recheck_only or args.baselines_only):
+        ap.error("--grid narrows the MuLo-SD sweep; --grid-only, --recheck-only and --baselines-only do not read it")
     if args.threads:
         torch.set_num_threads(args.threads)
     kind = ("grid" if args.grid_only else "recheck" if args.recheck_only else "baselines" if args.baselines_only
@@ -563,7 +595,8 @@ def main(argv: list[str] | None = None) -> int:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
                           not args.no_progress, args.upsampler, args.recheck, args.recheck_scope,
                           args.final_samples if not args.quick else max(samples, 2), args.final_top or FINAL_TOP,
-                          args.self_drafting, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"))
+                          args.self_drafting, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"),
+                          grid=grid)
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "tag": tag,

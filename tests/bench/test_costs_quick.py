@@ -20,6 +20,7 @@ def test_costs_on_tiny_models(tmp_path, capsys):
     res = json.loads((tmp_path / "costs-tiny.json").read_text())
     kinds = {"target_token", "drafter_token", "upsample_pixel", "vq_decode"}
     assert kinds <= set(res["seconds"]) and any(k.startswith("target_verify_") for k in res["seconds"])
+    assert any(k.startswith("target_call_") for k in res["seconds"])
     assert all(v > 0 for v in res["seconds"].values())
     assert res["ratio_to_target_token"]["target_token"] == 1.0
     for k, v in res["seconds"].items():

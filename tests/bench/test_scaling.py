@@ -43,3 +43,23 @@ def test_summary_rows_give_ratio_calls_and_a_tier_only_at_enough_images():
     (few,) = S.summary_rows("128-r4", _result(argv, samples=48))
     assert few["tier"] is None
     assert "| 128-r4 | mulo_fastest | 4 | 2.50x | 300 (1024) | 0.400 | 0.900 | outside the tiers |" in S.markdown([row], 400, 1)
+
+
+def test_a_sweep_on_the_pair_adds_its_fastest_finalist_per_tier(tmp_path):
+    """sweep_rows reads the final stage: the indistinguishable and the as-good-as-AR choice, each with its own
+    ratio, calls and tier; a pair without a sweep file adds nothing."""
+    row = lambda label, speed, tier: {"label": label, "wall_ratio_vs_ar": speed, "target_calls": 500,
+                                      "acceptance_rate": 0.2, "tier": {"tier": tier}, "measures": {"c2st_ar": {"max": 0.52}}}
+    final = {"ar": {"target_calls": 1024}, "samples": 400, "chosen": "b", "indistinguishable": "a",
+             "rows": [row("a", 1.3, "indistinguishable"), row("b", 1.6, "as good as AR"), row("c", 9.0, "outside the tiers")]}
+    res = {"tag": "sweep-embedded-scenes128-r4", "sweep": {"stages": {"final": final}},
+           "settings": {"model_info": {"target": {"grid": 32}, "drafter": {"grid": 8}}}}
+    rows = S.sweep_rows("128-r4", res)
+    assert [(r["speedup"], r["tier"], r["r"], r["ar_target_calls"]) for r in rows] == [
+        (1.3, "indistinguishable", 4, 1024), (1.6, "as good as AR", 4, 1024)]
+    assert rows[0]["method"] == "sweep, fastest indistinguishable: a"
+    final["chosen"] = None
+    assert len(S.sweep_rows("128-r4", res)) == 1
+    assert S.pair_sweep("128-r4", str(tmp_path)) is None
+    (tmp_path / S.SWEEPS["128-r4"]).write_text(json.dumps(res))
+    assert S.pair_sweep("128-r4", str(tmp_path))["tag"] == "sweep-embedded-scenes128-r4"

@@ -167,3 +167,27 @@ def test_only_one_of_the_special_modes_runs(tmp_path):
 
     with pytest.raises(SystemExit):
         S.main(["--baselines-only", "--grid-only", "--quick", "--models", "tiny", "--out", str(tmp_path)])
+
+
+def test_grid_narrows_the_sweep_and_an_empty_value_skips_its_stage(tmp_path):
+    """--grid replaces swept values; an empty list skips that stage (LANTERN's too), the final stage still runs
+    the survivors beside the paper's anchor."""
+    args = ["--quick", "--models", "tiny", "--out", str(tmp_path), "--no-progress", "--tag", "g", "--grid",
+            "taus=0.2", "ks=4", "radii=1", "grouped=no", "commits=", "windows=", "rows=", "rechecks=", "deltas="]
+    assert S.main(args) == 0
+    stages = json.loads((tmp_path / "g.json").read_text())["sweep"]["stages"]
+    assert list(stages) == ["tau_k_l", "final"]
+    assert [r["params"]["tau"] for r in stages["tau_k_l"]["rows"]] == [0.2]
+    assert [r["params"]["k"] for r in stages["tau_k_l"]["rows"]] == [4]
+
+
+def test_grid_refuses_an_unknown_name_or_value(tmp_path):
+    import pytest
+
+    assert S.parse_grid(["taus=0.1,0.3", "windows="]) == {"taus": (0.1, 0.3), "windows": ()}
+    for bad, says in ((["tau=0.1"], "name one of"), (["ks=a"], "cannot read"), (["commits=best"], "expected some of"),
+                      (["grouped=maybe"], "yes or no")):
+        with pytest.raises(ValueError, match=says):
+            S.parse_grid(bad)
+    with pytest.raises(SystemExit):
+        S.main(["--baselines-only", "--grid", "taus=0.1", "--models", "tiny", "--out", str(tmp_path)])
