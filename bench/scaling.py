@@ -64,6 +64,11 @@ def _done(path: str, argv: list[str]) -> dict | None:
     return res if res.get("command") == "python -m bench.compare " + " ".join(argv) else None
 
 
+def _ratio(info: dict) -> int:
+    """r of a run's pair, from bench.models.model_info."""
+    return info["target"]["grid"] // info["drafter"]["grid"]
+
+
 def summary_rows(pair: str, res: dict) -> list[dict]:
     info = res["settings"]["model_info"]
     out = []
@@ -72,7 +77,7 @@ def summary_rows(pair: str, res: dict) -> list[dict]:
             continue
         tier = (row.get("tier") or {}).get("tier") if res["samples"] >= Q.TIER_MIN_SAMPLES else None
         out.append({"pair": pair, "method": name, "image_size": res["settings"]["image_size"],
-                    "r": info["target"]["grid"] // info["drafter"]["grid"] if name.startswith("mulo") else None,
+                    "r": _ratio(info) if name.startswith("mulo") else None,
                     "speedup": row["wall_ratio_vs_ar"], "speedup_ci": row.get("wall_ratio_ci"),
                     "target_calls": row["target_calls"], "ar_target_calls": res["methods"]["ar"]["target_calls"],
                     "acceptance": row.get("acceptance_rate"), "tier": tier,
@@ -85,7 +90,7 @@ def sweep_rows(pair: str, res: dict) -> list[dict]:
     own AR runs, at that stage's images), one row per tier; a tier no finalist reached gets no row."""
     final = res["sweep"]["stages"]["final"]
     rows = {r["label"]: r for r in final["rows"]}
-    r_ = res["settings"]["model_info"]["target"]["grid"] // res["settings"]["model_info"]["drafter"]["grid"]
+    r_ = _ratio(res["settings"]["model_info"])
     out = []
     for tier, key in ((Q.INDISTINGUISHABLE, "indistinguishable"), (Q.AS_GOOD, "chosen")):
         row = rows.get(final.get(key))
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=str(cache_dir() / "scaling"),
                     help="where each pair's run keeps its records until it ends (resumable)")
     args = ap.parse_args(argv)
-    rows = []
+    rows, sweeps = [], {}
     for pair in args.pairs:
         cargv = compare_argv(pair, args.samples, args.batch, args.threads, args.out)
         path = os.path.join(args.out, f"scaling-{pair}.json")
@@ -150,14 +155,16 @@ def main(argv: list[str] | None = None) -> int:
             res = _done(path, cargv)
         rows += summary_rows(pair, res)
         swept = pair_sweep(pair, args.out)
-        rows += sweep_rows(pair, swept) if swept else []
-        if not swept:
+        if swept:
+            rows += sweep_rows(pair, swept)
+            sweeps[pair] = SWEEPS[pair]
+        else:
             print(f"[scaling] {pair}: no sweep on this pair ({SWEEPS[pair]}): only the presets' rows", flush=True)
     base = os.path.join(args.out, "scaling-embedded-scenes")
     with open(base + ".json", "w", encoding="utf-8") as f:
         json.dump({"command": "python -m bench.scaling " + " ".join(sys.argv[1:] if argv is None else argv),
                    "pairs": {p: PAIRS[p][:2] for p in args.pairs},
-                   "sweeps": {p: SWEEPS[p] for p in args.pairs if pair_sweep(p, args.out)}, "rows": rows}, f, indent=1)
+                   "sweeps": sweeps, "rows": rows}, f, indent=1)
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(markdown(rows, args.samples, args.batch))
     stacked_bars([(f"{r['pair']} {r['method']}", {"speed-up over AR": r["speedup"]}) for r in rows],

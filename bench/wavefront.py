@@ -25,17 +25,15 @@ import statistics
 import sys
 
 
-def calls(grid: int, window: int, drafts: int, acceptance: float, rng: random.Random,
-          first_window: int | None = None) -> tuple[int, list[int]]:
-    """One simulated image: (target calls, tokens fed per call). `first_window`: what row 1 waits for in row 0
-    (ZipAR's schedule: the whole row, schedules.zipar_schedule)."""
-    first = grid if first_window is None else first_window
+def calls(grid: int, window: int, drafts: int, acceptance: float, rng: random.Random) -> tuple[int, list[int]]:
+    """One simulated image: (target calls, tokens fed per call). Row 1 waits for the whole of row 0, as
+    schedules.zipar_schedule does."""
     count = [0] * grid
     fed: list[int] = []
     while count[-1] < grid:
         before, n = count[:], 0
         for r in range(grid):
-            if r > 0 and before[r - 1] < min(first if r == 1 else window, grid):
+            if r > 0 and before[r - 1] < (grid if r == 1 else min(window, grid)):
                 break                                   # this row and those below have not started
             limit = grid if r == 0 or before[r - 1] == grid else min(grid, before[r - 1] - window + 1)
             room = limit - before[r]
@@ -51,23 +49,22 @@ def calls(grid: int, window: int, drafts: int, acceptance: float, rng: random.Ra
     return len(fed), fed
 
 
-def simulate(grid: int, window: int, drafts: int, acceptance: float, runs: int, seed: int = 0) -> dict:
+def simulate(grid: int, window: int, drafts: int, acceptance: float, runs: int, seed: int = 0) -> tuple[dict, list[int]]:
+    """(summary row, tokens fed by every simulated call of every run)."""
     rng = random.Random(seed)
     res = [calls(grid, window, drafts, acceptance, rng) for _ in range(runs)]
     fed = [n for _, f in res for n in f]
-    return {"drafts": drafts, "calls": statistics.mean(c for c, _ in res), "tokens_per_call": statistics.mean(fed),
-            "fed_per_call": fed}
+    return {"drafts": drafts, "runs": runs, "calls": statistics.mean(c for c, _ in res),
+            "tokens_per_call": statistics.mean(fed)}, fed
 
 
-def priced(rows: list[dict], costs: dict) -> None:
-    """Add each row's cost in target-token calls from the measured call costs (the nearest measured size at or
-    above the call's, the largest measured one beyond them)."""
+def pricer(costs: dict):
+    """n tokens -> the measured cost of a target call of n tokens in single-token calls (the nearest measured
+    size at or above n, the largest measured one beyond them)."""
     ratios = costs["ratio_to_target_token"]
     sizes = sorted([(1, ratios["target_token"])] + [(int(k.rsplit("_", 1)[1]), v) for k, v in ratios.items()
                                                     if k.startswith(("target_call_", "target_verify_"))])
-    price = lambda n: next((v for m, v in sizes if m >= n), sizes[-1][1])
-    for r in rows:
-        r["cost_in_token_calls"] = sum(price(n) for n in r.pop("fed_per_call")) / r["runs"]
+    return lambda n: next((v for m, v in sizes if m >= n), sizes[-1][1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,13 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--grid must be >= 2 and --window in [1, grid), got grid {args.grid}, window {args.window}")
     if min(args.drafts) < 0 or args.runs < 1:
         ap.error("--drafts must be >= 0 and --runs >= 1")
-    rows = [dict(simulate(args.grid, args.window, d, args.acceptance, args.runs), runs=args.runs) for d in args.drafts]
+    price = None
     if args.costs:
         with open(args.costs, encoding="utf-8") as f:
-            priced(rows, json.load(f))
-    else:
-        for r in rows:
-            r.pop("fed_per_call")
+            price = pricer(json.load(f))
+    rows = []
+    for d in args.drafts:
+        row, fed = simulate(args.grid, args.window, d, args.acceptance, args.runs)
+        if price:
+            row["cost_in_token_calls"] = sum(price(n) for n in fed) / args.runs
+        rows.append(row)
     base = rows[0] if args.drafts[0] == 0 else None
     print(f"ZipAR window {args.window} on {args.grid} x {args.grid}, exact-test acceptance {args.acceptance}")
     print(f"{'drafts/row':>10} {'calls':>8} {'tokens/call':>12}" + (f" {'cost (token calls)':>19}" if args.costs else ""))

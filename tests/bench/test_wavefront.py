@@ -19,11 +19,11 @@ def test_no_drafts_is_zipars_schedule(grid):
 
 
 def test_drafts_save_calls_only_as_far_as_they_pass():
-    never = WF.simulate(16, 4, 3, 0.0, 20)
+    never = WF.simulate(16, 4, 3, 0.0, 20)[0]
     assert never["calls"] == zipar_nfe(16, 4) and never["tokens_per_call"] > 256 / zipar_nfe(16, 4)   # drafts are fed, none kept
-    always = WF.simulate(16, 4, 3, 1.0, 5)
+    always = WF.simulate(16, 4, 3, 1.0, 5)[0]
     assert always["calls"] < zipar_nfe(16, 4) / 2
-    some = WF.simulate(16, 4, 3, 0.34, 200)
+    some = WF.simulate(16, 4, 3, 0.34, 200)[0]
     assert always["calls"] < some["calls"] < never["calls"]
 
 
