@@ -36,6 +36,9 @@ setting "as good as AR"; the fastest "indistinguishable" one is recorded beside 
 named preset). Whether either beats AR's wall time is part of the result: nothing is chosen outside
 a tier, and when no setting is inside one the preset values are kept and the output says so.
 
+Resumable: every finished stage goes to <out>/<tag>.journal.json and a running stage keeps its records in
+<out>/<tag>.<stage>.resume.pt (saved every two minutes), so the same command continues where it stopped.
+
 Writes <out>/sweep-<models>[-quick].json and .md, a frontier PNG per stage (speed-up vs the strongest
 C2ST against AR, <tag>-pareto-<stage>-c2st.png), and prints the chosen defaults (to be copied into
 mulosd_core/presets.py by whoever owns it). With --models tiny everything is random: the run
@@ -144,13 +147,16 @@ KEEP = ("target_calls", "drafter_calls", "tokens_per_target_call", "acceptance_r
 
 
 def run_stage(name: str, models: Models, settings: dict[str, tuple[dict, MethodConfig, str]], samples: int,
-              batch: int, warmup: int, n_boot_fd: int, real, progress: bool, final: bool = False) -> dict:
+              batch: int, warmup: int, n_boot_fd: int, real, progress: bool, final: bool = False,
+              resume: str | None = None) -> dict:
     """settings: label -> (params, config, drafter kind). Every row is measured (bench.measures) against this
     stage's AR runs; screening rows get their screen, `final` rows their tier. Returns {"ar", "rows", "chosen"
-    (the fastest as good as AR), "indistinguishable" (the fastest indistinguishable, final stage only)}."""
+    (the fastest as good as AR), "indistinguishable" (the fastest indistinguishable, final stage only)}.
+    `resume`: the file the stage's records are kept in as it runs (bench.methods.run_methods)."""
     methods = {"ar": (MethodConfig(method="ar"), None)}
     methods.update({label: (cfg, kind) for label, (_, cfg, kind) in settings.items()})
-    raw = run_methods(models, methods, samples, batch, warmup, progress=progress, label=f"sweep:{name}")
+    raw = run_methods(models, methods, samples, batch, warmup, progress=progress, label=f"sweep:{name}",
+                      resume=resume)
     summ = summarise(raw, methods, real, uuid.uuid4().hex, models.target.device, n_boot_fd=n_boot_fd,
                      reals=real_sets(models, samples), vocab=models.target.vocab_size, grid=models.target.grid)
     ar_full = {**summ["ar"]["measures"], "accuracy": summ["ar"]["accuracy"], "fd": summ["ar"]["fd"]}
@@ -170,10 +176,16 @@ def run_stage(name: str, models: Models, settings: dict[str, tuple[dict, MethodC
             "indistinguishable": ind["label"] if ind else None}
 
 
+def stage_records(journal: str, name: str) -> str:
+    """Where a journaled stage keeps its records while it runs: beside the journal, <tag>.<stage>.resume.pt."""
+    return f"{journal.removesuffix('.journal.json')}.{name}.resume.pt"
+
+
 def journaled(journal: str | None, run):
-    """`run(name, settings, n, real, final=False)` behind a journal: a stage whose labels and sample count
-    match the journal's record of it is read back, every finished stage is written to it (an interrupted
-    sweep resumes where it stopped)."""
+    """`run(name, settings, n, real, final=False, resume=None)` behind a journal: a stage whose labels and
+    sample count match the journal's record of it is read back, every finished stage is written to it, and
+    a stage keeps its records in stage_records while it runs, so an interrupted sweep resumes where it
+    stopped, inside a stage too (a final stage at 400 images can take hours)."""
     done = json.load(open(journal)) if journal and os.path.exists(journal) else {}
 
     def staged(name: str, settings: dict, n: int, real_n, final: bool = False) -> dict:
@@ -181,13 +193,16 @@ def journaled(journal: str | None, run):
         if old and old.get("samples") == n and [r["label"] for r in old["rows"]] == list(settings):
             log.info("sweep: stage %s from the journal %s", name, journal)
             return old
+        records = stage_records(journal, name) if journal else None
         t0 = time.perf_counter()
-        s = run(name, settings, n, real_n, final=final)
+        s = run(name, settings, n, real_n, final=final, resume=records)
         s["seconds"], s["samples"] = time.perf_counter() - t0, n
         if journal:
             done[name] = jsonable(s)
             with open(journal, "w") as fh:
                 json.dump(done, fh)
+            if os.path.isfile(records):
+                os.remove(records)
         return s
     return staged
 
@@ -263,8 +278,8 @@ def baselines(models: Models, samples: int, final_samples: int = FINAL_SAMPLES, 
     Returns the sweep's result shape with "baselines": method -> tier -> its fastest finalist (or None)."""
     grid = QUICK_BASELINES if quick else BASELINE_GRID
     n_boot_fd = N_BOOT_FD_QUICK if quick else N_BOOT_FD
-    staged = journaled(journal, lambda name, settings, n, real_n, final=False: run_stage(
-        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final))
+    staged = journaled(journal, lambda name, settings, n, real_n, final=False, resume=None: run_stage(
+        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final, resume=resume))
     settings = {}
     for method, over in grid.items():
         for c in over:
@@ -360,8 +375,8 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     cur = dict(before)
     kept: list[str] = []
     candidates: dict[str, dict] = {}     # label -> full settings, speed-up: every setting that survived a screen
-    staged = journaled(journal, lambda name, settings, n, real_n, final=False: run_stage(
-        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final))
+    staged = journaled(journal, lambda name, settings, n, real_n, final=False, resume=None: run_stage(
+        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final, resume=resume))
 
     def stage(name: str, over: list[dict]) -> None:
         if not over:

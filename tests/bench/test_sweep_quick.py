@@ -1,6 +1,7 @@
 """The sweep end to end on random tiny models: every stage runs, each setting is timed against its
 own stage's AR, and the chosen defaults name every preset constant the sweep owns."""
 import json
+import os
 
 from bench import measures as Q
 from bench import sweep as S
@@ -191,3 +192,23 @@ def test_grid_refuses_an_unknown_name_or_value(tmp_path):
             S.parse_grid(bad)
     with pytest.raises(SystemExit):
         S.main(["--baselines-only", "--grid", "taus=0.1", "--models", "tiny", "--out", str(tmp_path)])
+
+
+def test_a_stage_keeps_its_records_beside_the_journal_until_it_ends(tmp_path):
+    """A running stage saves its records (bench.methods' resume file) beside the journal, so a cut final stage
+    continues inside the stage; the file goes once the stage is journaled."""
+    journal = str(tmp_path / "t.journal.json")
+    seen = []
+
+    def run(name, settings, n, real_n, final=False, resume=None):
+        seen.append(resume)
+        open(resume, "w").write("records")          # what run_methods would have saved mid-stage
+        return {"ar": {}, "rows": [{"label": label} for label in settings]}
+
+    staged = S.journaled(journal, run)
+    staged("final", {"a": None}, 4, None, final=True)
+    assert seen == [str(tmp_path / "t.final.resume.pt")] == [S.stage_records(journal, "final")]
+    assert not os.path.exists(seen[0])
+    assert json.loads(open(journal).read())["final"]["samples"] == 4
+    S.journaled(journal, run)("final", {"a": None}, 4, None, final=True)   # read back: nothing runs
+    assert len(seen) == 1
