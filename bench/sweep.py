@@ -3,7 +3,7 @@
     python -m bench.sweep [--samples N] [--quick] [--models embedded|tiny] [--device cpu]
                           [--grid-experiment] [--out bench/results] [--threads T]
                           [--family scenes128 --drafter scenes:drafter] [--grid taus=0.1,0.3 windows= ...]
-    python -m bench.sweep --baselines-only [--samples N] [--final-samples 400] [--threads T]
+    python -m bench.sweep --baselines-only [--baselines zipar ...] [--samples N] [--final-samples 400] [--threads T]
 
 Stages, each one process-internal run of `bench.methods.run_methods` with its own AR runs on the
 same classes and seeds (sample i: class i % the number of classes, seed i; methods interleaved per sample):
@@ -22,7 +22,8 @@ same classes and seeds (sample i: class i % the number of classes, seed i; metho
 --baselines-only runs the baselines instead, each over its own knobs (BASELINE_GRID: ZipAR's window, SJD's
 and GSD's Jacobi window, GSD's rank window, SD's draft length, LANTERN's delta and draft length): all settings
 screened in one stage, then the BASELINE_FINAL_TOP fastest survivors of each method at the final samples,
-each with its tier, and a table of each method's fastest setting per tier (tag baselines-<models>).
+each with its tier, and a table of each method's fastest setting per tier (tag baselines-<models>);
+`--baselines zipar sjd` sweeps only those.
 
 Selection rule: the quality tiers of bench.measures (TIER_RULE), never the classifier's accuracy or FD
 (they cannot see a drafter's smooth image). Stages 1-5 screen at `--samples` images per setting
@@ -240,7 +241,7 @@ def _lantern(delta: float) -> MethodConfig:
 # GSD's Jacobi window, GSD's rank window, SD's draft length, LANTERN's delta and draft length), the shipped
 # settings (presets.ZIPAR_WINDOW, SJD_WINDOW, SD_DRAFT_LEN, LANTERN_DELTA, verify.GSD_RANK_WINDOW) among them.
 BASELINE_GRID = {
-    "zipar": [dict(window=w) for w in (2, 4, 6, 8, 12)],
+    "zipar": [dict(window=w) for w in (2, 3, 4, 6, 8, 12)],
     "sjd": [dict(window=w) for w in (4, 8, 16, 32)],
     "gsd": [dict(window=w, rank=7) for w in (8, 16, 32)] + [dict(window=16, rank=r) for r in (3, 15)],
     "sd": [dict(draft_len=n) for n in (2, 4, 8)],
@@ -272,11 +273,16 @@ def baseline_label(method: str, c: dict) -> str:
 
 def baselines(models: Models, samples: int, final_samples: int = FINAL_SAMPLES, final_top: int = BASELINE_FINAL_TOP,
               batch: int = 1, warmup: int = 1, progress: bool = True, quick: bool = False,
-              journal: str | None = None) -> dict:
+              journal: str | None = None, methods: list[str] | None = None) -> dict:
     """Every baseline over its own knobs: one screening stage of all settings at `samples` (one AR), then the
     `final_top` fastest survivors of each method at `final_samples` against their own AR, each given its tier.
-    Returns the sweep's result shape with "baselines": method -> tier -> its fastest finalist (or None)."""
+    `methods`: only these baselines (default all). Returns the sweep's result shape with "baselines":
+    method -> tier -> its fastest finalist (or None)."""
     grid = QUICK_BASELINES if quick else BASELINE_GRID
+    unknown = sorted(set(methods or ()) - set(grid))
+    if unknown:
+        raise ValueError(f"baselines: unknown method(s) {unknown}; expected some of {sorted(grid)}")
+    grid = {m: over for m, over in grid.items() if not methods or m in methods}
     n_boot_fd = N_BOOT_FD_QUICK if quick else N_BOOT_FD
     staged = journaled(journal, lambda name, settings, n, real_n, final=False, resume=None: run_stage(
         name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final, resume=resume))
@@ -565,6 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--self-drafting", action="store_true",
                     help="the family's self_target drafts for itself (drafter kind self; tag ...-self): chooses "
                          "presets.MULO_DEFAULTS['<family>/self']")
+    ap.add_argument("--baselines", nargs="+", default=None, choices=sorted(BASELINE_GRID), metavar="METHOD",
+                    help="with --baselines-only: sweep only these baselines (default all: "
+                         + ", ".join(BASELINE_GRID) + ")")
     ap.add_argument("--grid", nargs="+", default=[], metavar="NAME=V1,V2",
                     help="replace swept values, e.g. taus=0.1,0.3 ks=8 windows= (empty: skip the stage); names: "
                          + ", ".join(GRID_TYPES))
@@ -577,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if grid and (args.grid_only or args.recheck_only or args.baselines_only):
         ap.error("--grid narrows the MuLo-SD sweep; --grid-only, --recheck-only and --baselines-only do not read it")
+    if args.baselines and not args.baselines_only:
+        ap.error("--baselines names the methods of --baselines-only; add --baselines-only or leave it out")
     if args.threads:
         torch.set_num_threads(args.threads)
     kind = ("grid" if args.grid_only else "recheck" if args.recheck_only else "baselines" if args.baselines_only
@@ -605,7 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.baselines_only:
         res_sweep = baselines(models, samples, args.final_samples if not args.quick else max(samples, 2),
                               args.final_top or BASELINE_FINAL_TOP, args.batch, args.warmup, not args.no_progress,
-                              args.quick, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"))
+                              args.quick, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"),
+                              methods=args.baselines)
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
                           not args.no_progress, args.upsampler, args.recheck, args.recheck_scope,

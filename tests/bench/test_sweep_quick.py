@@ -212,3 +212,24 @@ def test_a_stage_keeps_its_records_beside_the_journal_until_it_ends(tmp_path):
     assert json.loads(open(journal).read())["final"]["samples"] == 4
     S.journaled(journal, run)("final", {"a": None}, 4, None, final=True)   # read back: nothing runs
     assert len(seen) == 1
+
+
+def test_baselines_names_the_methods_swept_and_refuses_others(tmp_path, capsys):
+    """--baselines zipar: the screen holds ZipAR's settings alone; an unknown method or --baselines without
+    --baselines-only is refused before any model runs."""
+    import pytest
+
+    argv = ["--baselines-only", "--baselines", "zipar", "--quick", "--models", "tiny", "--out", str(tmp_path),
+            "--no-progress", "--tag", "z"]
+    assert S.main(argv) == 0
+    sw = json.loads((tmp_path / "z.json").read_text())["sweep"]
+    assert {r["params"]["method"] for r in sw["stages"]["baselines"]["rows"]} == {"zipar"}
+    assert set(sw["baselines"]) == {"zipar"}
+    for bad in (["--baselines-only", "--baselines", "medusa"], ["--baselines", "zipar"]):
+        with pytest.raises(SystemExit) as e:
+            S.main(bad + ["--models", "tiny", "--out", str(tmp_path)])
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "medusa" in err and "--baselines names the methods of --baselines-only" in err
+    with pytest.raises(ValueError, match="unknown method"):
+        S.baselines(None, 2, methods=["medusa"])
