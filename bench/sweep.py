@@ -208,6 +208,12 @@ def journaled(journal: str | None, run):
     return staged
 
 
+def journaled_stages(journal: str | None, models: Models, batch: int, warmup: int, n_boot_fd: int, progress: bool):
+    """run_stage for `models` at these run settings, behind `journal` (journaled): what every sweep's stages call."""
+    return journaled(journal, lambda name, settings, n, real_n, final=False, resume=None: run_stage(
+        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final, resume=resume))
+
+
 def _preset_settings(family: str | None, upsampler: str = "pixel", recheck: int | None = None,
                      recheck_scope: str | None = None, self_drafting: bool = False) -> dict:
     """MuLo-SD's swept settings as the presets ship them for `family` now (presets.mulo_defaults); the
@@ -284,8 +290,7 @@ def baselines(models: Models, samples: int, final_samples: int = FINAL_SAMPLES, 
         raise ValueError(f"baselines: unknown method(s) {unknown}; expected some of {sorted(grid)}")
     grid = {m: over for m, over in grid.items() if not methods or m in methods}
     n_boot_fd = N_BOOT_FD_QUICK if quick else N_BOOT_FD
-    staged = journaled(journal, lambda name, settings, n, real_n, final=False, resume=None: run_stage(
-        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final, resume=resume))
+    staged = journaled_stages(journal, models, batch, warmup, n_boot_fd, progress)
     settings = {}
     for method, over in grid.items():
         for c in over:
@@ -381,8 +386,7 @@ def sweep(models: Models, samples: int, quick: bool, batch: int = 1, warmup: int
     cur = dict(before)
     kept: list[str] = []
     candidates: dict[str, dict] = {}     # label -> full settings, speed-up: every setting that survived a screen
-    staged = journaled(journal, lambda name, settings, n, real_n, final=False, resume=None: run_stage(
-        name, models, settings, n, batch, warmup, n_boot_fd, real_n, progress, final=final, resume=resume))
+    staged = journaled_stages(journal, models, batch, warmup, n_boot_fd, progress)
 
     def stage(name: str, over: list[dict]) -> None:
         if not over:
@@ -598,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--self-drafting runs the sweep itself, not --grid-only, --recheck-only or --baselines-only")
     tag = args.tag or f"{kind}-{models_tag(args.models, args.family, args.quick)}" + ("-self" if args.self_drafting else "")
     samples = args.samples or (2 if args.quick else SCREEN_SAMPLES)
+    journal = None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json")
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     models = load_models(args.models, args.device, DTYPES[args.dtype], tiny_grid=args.tiny_grid, family=args.family,
@@ -616,13 +621,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.baselines_only:
         res_sweep = baselines(models, samples, args.final_samples if not args.quick else max(samples, 2),
                               args.final_top or BASELINE_FINAL_TOP, args.batch, args.warmup, not args.no_progress,
-                              args.quick, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"),
+                              args.quick, journal=journal,
                               methods=args.baselines)
     else:
         res_sweep = sweep(models, samples, args.quick, args.batch, args.warmup, args.grid_experiment,
                           not args.no_progress, args.upsampler, args.recheck, args.recheck_scope,
                           args.final_samples if not args.quick else max(samples, 2), args.final_top or FINAL_TOP,
-                          args.self_drafting, journal=None if args.no_resume else os.path.join(args.out, f"{tag}.journal.json"),
+                          args.self_drafting, journal=journal,
                           grid=grid)
     device = torch.device(args.device)
     res = {"command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),

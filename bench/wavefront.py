@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['drafts']:>10} {r['calls']:8.1f} {r['tokens_per_call']:12.2f}"
               + (f" {r['cost_in_token_calls']:19.1f}" if args.costs else ""))
     if base:
-        best = min(rows, key=lambda r: r.get("cost_in_token_calls", r["calls"]))
-        key = "cost_in_token_calls" if args.costs else "calls"
+        key = "cost_in_token_calls" if price else "calls"
+        best = min(rows, key=lambda r: r[key])
         print(f"best: {best['drafts']} drafts a row, {base[key] / best[key]:.2f}x ZipAR's {key.replace('_', ' ')}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
